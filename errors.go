@@ -1,0 +1,56 @@
+package concurrency
+
+import "errors"
+
+// Errors returned by this package. Match them with errors.Is: most are
+// returned wrapped, with the key, lease or revision they concern.
+//
+// ErrLocked, ErrSessionExpired and ErrLockReleased keep the exact text of
+// etcd's package, so that programs (and logs) that compare the strings keep
+// working after the import path is swapped.
+var (
+	// ErrLocked is returned by TryLock when another session holds the lock,
+	// or when this Mutex is already held or being locked by another goroutine.
+	ErrLocked = errors.New("mutex: Locked by another session")
+
+	// ErrSessionExpired is returned when the session's lease is gone or can no
+	// longer be trusted: revoked, expired, not renewed before its conservative
+	// deadline, orphaned or closed. It is also the context.Cause of a Session's
+	// Ctx, and of a hold's Ctx when the hold ended because its session did.
+	ErrSessionExpired = errors.New("mutex: session is expired")
+
+	// ErrLockReleased is returned by Unlock when the Mutex is not held, and is
+	// the context.Cause of a hold's Ctx after Unlock.
+	ErrLockReleased = errors.New("mutex: lock has already been released")
+
+	// ErrLockLost means that a hold ended without Unlock: its lock key was
+	// deleted or its lease revoked. It is the error of a guarded transaction
+	// (Mutex.Txn) that did not commit, and the context.Cause of Mutex.Ctx when
+	// the lock key disappeared.
+	ErrLockLost = errors.New("concurrency: lock lost")
+
+	// ErrStaleToken is returned by Fence.Check for a token older than one the
+	// Fence has already accepted for the same resource.
+	ErrStaleToken = errors.New("concurrency: stale fencing token")
+
+	// ErrNilClient is returned by NewSession when the client is nil.
+	ErrNilClient = errors.New("concurrency: nil client")
+
+	// ErrNilSession is returned by the methods of a Mutex or Election created
+	// with a nil Session.
+	ErrNilSession = errors.New("concurrency: nil session")
+
+	// ErrInvalidTTL is returned by NewSession when WithTTL was given a TTL of
+	// zero or less.
+	ErrInvalidTTL = errors.New("concurrency: TTL must be positive")
+
+	// ErrInvalidPrefix is returned by the methods of a Mutex or Election
+	// created with an empty prefix: its range ("/") would take in every lock
+	// whose name begins with "/".
+	ErrInvalidPrefix = errors.New("concurrency: empty lock prefix")
+
+	// ErrLeaseNotFound is returned by NewSession when WithLease names a lease
+	// that does not exist (any more). It is returned joined with etcd's own
+	// rpctypes.ErrLeaseNotFound.
+	ErrLeaseNotFound = errors.New("concurrency: lease not found")
+)

@@ -1,0 +1,343 @@
+package concurrency
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Mutex is a distributed lock on etcd: the drop-in counterpart of etcd's
+// concurrency.Mutex, with the same keys, so that the two packages and
+// `etcdctl lock` exclude one another on the same name.
+//
+// The lock belongs to the Session: its key is the lock name, "/", and the
+// session's lease ID in hex. Two Mutexes on the same session and name share
+// that key, as in etcd's package: once one holds the lock, Lock on the other
+// returns at once, and Unlock on either releases it for both.
+//
+// A Mutex is safe for use by several goroutines, and excludes them as
+// sync.Mutex does: while one goroutine holds (or is acquiring) a Mutex, Lock
+// from another goroutine waits for Unlock and TryLock returns ErrLocked.
+// Unlock may be called from any goroutine. (etcd's Mutex had data races
+// here; a second Lock on a held Mutex returned at once.)
+type Mutex struct {
+	s   *Session
+	pfx string // the lock name followed by "/"
+	key string // pfx and the session's lease ID in hex
+
+	sem chan struct{} // holds one token while a goroutine holds or is acquiring the Mutex
+
+	mu   sync.Mutex // guards rev, held, hdr and hold; held by Unlock for its round trip
+	rev  int64      // create revision of key while waiting or held; 0 otherwise
+	held bool
+	hdr  *pb.ResponseHeader
+	hold *hold // the current hold, or the last one once it ended; nil before the first
+}
+
+// NewMutex returns a Mutex for the lock named pfx on session s. It does not
+// talk to etcd. A nil session or an empty name is reported by the Mutex's
+// methods, with ErrNilSession or ErrInvalidPrefix.
+func NewMutex(s *Session, pfx string) *Mutex {
+	m := &Mutex{s: s, pfx: prefix(pfx), sem: make(chan struct{}, 1)}
+	if s != nil {
+		m.key = leaseKey(m.pfx, s.Lease())
+	}
+	return m
+}
+
+// prefix turns a lock or election name into the prefix of its keys, as
+// etcd's package does: the name followed by "/", even if it ends in "/".
+func prefix(name string) string { return name + "/" }
+
+// leaseKey is the key that session lease id uses under prefix pfx.
+func leaseKey(pfx string, id clientv3.LeaseID) string { return fmt.Sprintf("%s%x", pfx, int64(id)) }
+
+// validate reports a Mutex or Election made with a nil session or an empty
+// name.
+func validate(s *Session, pfx string) error {
+	if s == nil {
+		return ErrNilSession
+	}
+	if pfx == "/" {
+		return ErrInvalidPrefix
+	}
+	return nil
+}
+
+// Lock blocks until the lock is held by this Mutex, ctx ends, or the session
+// ends. Uncontended, it takes one round trip. Waiters queue in the order of
+// their keys' create revisions, and each watches only its predecessor.
+//
+// If ctx ends first, Lock returns an error matching ctx.Err(); if the
+// session ends or its key is deleted first, an error matching
+// ErrSessionExpired. On any error the Mutex is not held and its key has been
+// deleted, within a bounded time even if etcd cannot be reached (after
+// which the session deletes it once etcd answers again).
+func (m *Mutex) Lock(ctx context.Context) error {
+	if err := validate(m.s, m.pfx); err != nil {
+		return err
+	}
+	select {
+	case m.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := m.lock(ctx, true); err != nil {
+		<-m.sem
+		return err
+	}
+	return nil
+}
+
+// TryLock takes the lock if it is free (or already held by this session
+// through another Mutex) and otherwise returns ErrLocked at once, after
+// deleting the key it wrote. It takes one round trip when the lock is free,
+// two when it is not. It also returns ErrLocked, without talking to etcd,
+// while another goroutine holds or is acquiring this Mutex.
+func (m *Mutex) TryLock(ctx context.Context) error {
+	if err := validate(m.s, m.pfx); err != nil {
+		return err
+	}
+	select {
+	case m.sem <- struct{}{}:
+	default:
+		return ErrLocked
+	}
+	if err := m.lock(ctx, false); err != nil {
+		<-m.sem
+		return err
+	}
+	return nil
+}
+
+// lock acquires the lock for the goroutine that holds m.sem. If wait is
+// false it gives up with ErrLocked instead of waiting.
+func (m *Mutex) lock(ctx context.Context, wait bool) error {
+	s := m.s
+	if s.ctx.Err() != nil {
+		return context.Cause(s.ctx)
+	}
+	s.use(m.key)
+	// One transaction: create the key unless this session has it already,
+	// and read what decides ownership. When the key is created it is the
+	// newest, so the two newest keys are it and its predecessor.
+	resp, err := s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(m.key), "=", 0)).
+		Then(clientv3.OpPut(m.key, "", clientv3.WithLease(s.id)), clientv3.OpGet(m.pfx, lastTwo...)).
+		Else(clientv3.OpGet(m.key), clientv3.OpGet(m.pfx, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil {
+		// The put may have been applied: delete the key if it is ours.
+		s.unuse(ctx, m.key, 0, true)
+		return err
+	}
+
+	var rev int64
+	var pred *mvccpb.KeyValue
+	owner := false
+	if resp.Succeeded {
+		rev = resp.Header.Revision
+		kvs := resp.Responses[1].GetResponseRange().Kvs
+		owner = len(kvs) < 2
+		if !owner {
+			pred = kvs[1]
+		}
+	} else {
+		rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+		first := resp.Responses[1].GetResponseRange().Kvs
+		owner = len(first) == 0 || first[0].CreateRevision == rev
+	}
+
+	hdr := resp.Header
+	if !owner {
+		if !wait {
+			s.unuse(ctx, m.key, rev, true)
+			return ErrLocked
+		}
+		m.mu.Lock()
+		m.rev = rev
+		m.mu.Unlock()
+		hdr, err = waitDeletes(ctx, s, m.pfx, m.key, rev, pred, resp.Header.Revision)
+		if err != nil {
+			m.mu.Lock()
+			m.rev = 0
+			m.mu.Unlock()
+			s.unuse(ctx, m.key, rev, true)
+			return err
+		}
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rev, m.held, m.hdr = rev, true, hdr
+	m.hold = newHold(s, m.key, rev, hdr.Revision)
+	return nil
+}
+
+// Unlock releases the lock: it deletes the lock key if, and only if, it is
+// still the incarnation this Mutex acquired (its create revision matches),
+// so that a late or retried Unlock never releases a newer hold of the same
+// session (etcd #22082). A key that is already gone, because the lease
+// expired or someone deleted it, is not an error: the lock is released
+// either way, and Ctx tells whether it was lost before.
+//
+// Unlock returns ErrLockReleased if the Mutex is not held. If the delete
+// fails (ctx ended, etcd unreachable), Unlock returns the error and the
+// Mutex stays held, so that Unlock can be retried; once the session has
+// ended, it is released locally anyway, and the key goes with the lease.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	if err := validate(m.s, m.pfx); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.held {
+		return ErrLockReleased
+	}
+	err := deleteRev(ctx, m.s.client, m.key, m.rev)
+	if err != nil && m.s.ctx.Err() == nil {
+		return err
+	}
+	m.hold.end(ErrLockReleased)
+	m.s.unuse(ctx, m.key, m.rev, false)
+	m.rev, m.held = 0, false
+	<-m.sem
+	return err
+}
+
+// IsOwner returns a comparison that holds, in a transaction, only while this
+// Mutex holds the lock: the lock key still has the create revision it was
+// acquired with. Before the lock is held, while Lock is still waiting, and
+// after Unlock it never holds (in etcd's package it held while Lock was
+// still waiting, etcd #12017). Mutex.Txn builds it in.
+func (m *Mutex) IsOwner() clientv3.Cmp {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.held {
+		// No key has a create revision of -1.
+		return clientv3.Compare(clientv3.CreateRevision(m.pfx), "=", -1)
+	}
+	return clientv3.Compare(clientv3.CreateRevision(m.key), "=", m.rev)
+}
+
+// Key returns the lock key while the Mutex holds the lock or waits for it,
+// and "" otherwise.
+func (m *Mutex) Key() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rev == 0 {
+		return ""
+	}
+	return m.key
+}
+
+// Header is the response header of the read that showed the lock held, or
+// nil before the first Lock.
+func (m *Mutex) Header() *pb.ResponseHeader {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.hdr
+}
+
+// Token returns the fencing token of the current hold, the create revision
+// of the lock key, or 0 when the Mutex is not held. Tokens strictly increase
+// from one holder of a lock name to the next, whether the holders use this
+// package, etcd's or `etcdctl lock`. Pass the token to every resource the
+// lock protects and have it reject older tokens (see Fence).
+func (m *Mutex) Token() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.held {
+		return 0
+	}
+	return m.rev
+}
+
+// Ctx returns a context for the current hold. It is cancelled as soon as
+// the hold ends or may have ended: Unlock (cause ErrLockReleased), deletion
+// of the lock key by anyone, including the server when the lease is revoked
+// or expires (ErrLockLost), or the end of the session, including its
+// conservative deadline passing without a renewal (ErrSessionExpired).
+// context.Cause tells which. When the Mutex is not held it returns an
+// already cancelled context.
+//
+// The first call during a hold starts a watch on the lock key, which the
+// hold's end stops; a program that never calls Ctx pays nothing for it.
+func (m *Mutex) Ctx() context.Context {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.hold == nil:
+		return endedCtx
+	case !m.held:
+		return m.hold.ctx
+	}
+	return m.hold.context()
+}
+
+// Txn returns a transaction that commits only while this Mutex holds the
+// lock. Its If, Then and Else run as usual inside a transaction guarded by
+// IsOwner; if the hold is gone when it reaches etcd, Commit returns an error
+// matching ErrLockLost and nothing is written. The response of a commit
+// that succeeded is the caller's own: Succeeded and Responses are those of
+// the caller's If, Then and Else. The guard is fixed when Txn is called.
+func (m *Mutex) Txn(ctx context.Context) clientv3.Txn {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := &guardedTxn{ctx: ctx, key: m.key}
+	if m.held {
+		t.client, t.rev = m.s.client, m.rev
+	}
+	return t
+}
+
+// Do locks m, runs fn with a context that ends when ctx ends or the hold
+// does, and unlocks. The unlock uses a fresh context bounded by
+// cleanupTimeout, so it runs even if ctx has ended. Do returns fn's error,
+// joined with an error matching ErrLockLost or ErrSessionExpired if the
+// hold ended before fn returned (fn's writes may then not have been
+// exclusive) and with Unlock's error if it failed.
+func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	if err := m.Lock(ctx); err != nil {
+		return err
+	}
+	return runHold(ctx, m.Ctx(), fn, m.Unlock)
+}
+
+type lockerMutex struct{ *Mutex }
+
+// Lock calls Mutex.Lock with the client's context and panics on error.
+func (lm *lockerMutex) Lock() {
+	if err := lm.Mutex.Lock(lm.ctx()); err != nil {
+		panic("concurrency: Locker.Lock: " + err.Error())
+	}
+}
+
+// Unlock calls Mutex.Unlock with the client's context and panics on error.
+func (lm *lockerMutex) Unlock() {
+	if err := lm.Mutex.Unlock(lm.ctx()); err != nil {
+		panic("concurrency: Locker.Unlock: " + err.Error())
+	}
+}
+
+func (lm *lockerMutex) ctx() context.Context {
+	if lm.s == nil {
+		return context.Background() // Lock reports ErrNilSession
+	}
+	return lm.s.Client().Ctx()
+}
+
+// NewLocker returns a sync.Locker backed by a Mutex on session s.
+//
+// Its Lock and Unlock PANIC on any error, as etcd's do: when the session
+// ends, when etcd cannot be reached, when the client is closed. Lock waits
+// with no deadline but the client's. Prefer a Mutex, whose methods take a
+// context and return errors; a nil session or empty name panics at the
+// first Lock.
+func NewLocker(s *Session, pfx string) sync.Locker {
+	return &lockerMutex{NewMutex(s, pfx)}
+}

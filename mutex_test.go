@@ -1,0 +1,674 @@
+package concurrency_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/seed-a9d410c6/concurrency"
+	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+)
+
+// rpcCounter counts the unary RPCs of a client, and can be armed to turn the
+// answer of the next KV write into an error after etcd has applied it.
+type rpcCounter struct {
+	n     atomic.Int64
+	armed atomic.Bool
+}
+
+func (rc *rpcCounter) option(cfg *clientv3.Config) {
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			rc.n.Add(1)
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if err == nil && (method == "/etcdserverpb.KV/Txn" || method == "/etcdserverpb.KV/DeleteRange") && rc.armed.CompareAndSwap(true, false) {
+				return status.Error(codes.Unavailable, "test: connection lost after commit")
+			}
+			return err
+		}))
+}
+
+// lockAsync runs m.Lock(ctx) in a goroutine that the test waits for.
+func lockAsync(t *testing.T, ctx context.Context, m mutex) <-chan error {
+	t.Helper()
+	errc := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		errc <- m.Lock(ctx)
+	}()
+	t.Cleanup(wg.Wait)
+	return errc
+}
+
+// within returns the value from errc, or fails the test after d.
+func within(t *testing.T, d time.Duration, errc <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s: no return within %v", what, d)
+		return nil
+	}
+}
+
+func TestMutexUncontendedRoundTrips(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	var rc rpcCounter
+	c := sharedClient(t, rc.option)
+	s := newSession(t, c)
+	m := concurrency.NewMutex(s, pfx)
+	before := rc.n.Load()
+	if err := m.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := rc.n.Load() - before; n != 1 {
+		t.Errorf("uncontended Lock took %d RPCs, want 1", n)
+	}
+	before = rc.n.Load()
+	if err := m.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := rc.n.Load() - before; n != 1 {
+		t.Errorf("Unlock took %d RPCs, want 1", n)
+	}
+}
+
+func TestMutexLockUnlock(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	s := newSession(t, c)
+	m := concurrency.NewMutex(s, pfx)
+	if got := m.Key(); got != "" {
+		t.Fatalf("Key before Lock = %q, want empty", got)
+	}
+	if err := m.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%s/%x", pfx, s.Lease())
+	if m.Key() != want {
+		t.Fatalf("Key = %q, want %q", m.Key(), want)
+	}
+	kvs := etcdtest.Keys(t, c, pfx)
+	if len(kvs) != 1 || string(kvs[0].Key) != want || kvs[0].Lease != int64(s.Lease()) {
+		t.Fatalf("keys = %v, want one key %q on the session lease", kvs, want)
+	}
+	if m.Token() != kvs[0].CreateRevision || m.Header() == nil {
+		t.Fatalf("Token = %d, Header = %v; want the key's create revision %d and a header", m.Token(), m.Header(), kvs[0].CreateRevision)
+	}
+	if err := m.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
+		t.Fatalf("%d keys left after Unlock", n)
+	}
+	if err := m.Unlock(t.Context()); !errors.Is(err, concurrency.ErrLockReleased) {
+		t.Fatalf("second Unlock = %v, want ErrLockReleased", err)
+	}
+	if err := concurrency.NewMutex(s, pfx).Unlock(t.Context()); !errors.Is(err, concurrency.ErrLockReleased) {
+		t.Fatalf("Unlock before Lock = %v, want ErrLockReleased", err)
+	}
+}
+
+// Waiters get the lock in the order their keys were created, and never
+// two at once.
+func TestMutexFIFO(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	const n = 5
+	ms := make([]*concurrency.Mutex, n)
+	for i := range ms {
+		ms[i] = concurrency.NewMutex(newSession(t, c), pfx)
+	}
+	if err := ms[0].Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var order []int
+	var mu sync.Mutex
+	errcs := make([]<-chan error, n)
+	for i := 1; i < n; i++ {
+		i := i
+		errc := make(chan error, 1)
+		errcs[i] = errc
+		go func() {
+			err := ms[i].Lock(t.Context())
+			if err == nil {
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				err = ms[i].Unlock(t.Context())
+			}
+			errc <- err
+		}()
+		etcdtest.WaitKeys(t, c, pfx, i+1) // queue the next waiter only behind this one
+	}
+	if err := ms[0].Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < n; i++ {
+		if err := within(t, 10*time.Second, errcs[i], "waiter"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, w := range order {
+		if w != i+1 {
+			t.Fatalf("acquisition order %v, want 1..%d", order, n-1)
+		}
+	}
+}
+
+// exclusion runs workers that each lock through its own session and checks
+// that no two hold at once and that tokens strictly increase.
+func exclusion(t *testing.T, c *clientv3.Client, pfx string, workers, rounds int, mk func(i int) (lock func() (int64, error), unlock func() error)) {
+	t.Helper()
+	var holders atomic.Int32
+	var mu sync.Mutex
+	var last int64
+	errc := make(chan error, workers)
+	for i := 0; i < workers; i++ {
+		lock, unlock := mk(i)
+		go func() {
+			for r := 0; r < rounds; r++ {
+				tok, err := lock()
+				if err != nil {
+					errc <- err
+					return
+				}
+				if h := holders.Add(1); h != 1 {
+					errc <- fmt.Errorf("%d holders at once", h)
+					return
+				}
+				mu.Lock()
+				if tok <= last {
+					mu.Unlock()
+					errc <- fmt.Errorf("token %d after %d", tok, last)
+					return
+				}
+				last = tok
+				mu.Unlock()
+				holders.Add(-1)
+				if err := unlock(); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for i := 0; i < workers; i++ {
+		if err := within(t, 60*time.Second, errc, "worker"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
+		t.Fatalf("%d keys left", n)
+	}
+}
+
+func TestMutexExclusion(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	exclusion(t, c, pfx, 5, 20, func(int) (func() (int64, error), func() error) {
+		m := concurrency.NewMutex(newSession(t, c), pfx)
+		return func() (int64, error) {
+				err := m.Lock(t.Context())
+				return m.Token(), err
+			},
+			func() error { return m.Unlock(t.Context()) }
+	})
+}
+
+// A mixed fleet of this package and etcd's on one lock name excludes each
+// other, and the fencing tokens of this package's holders keep increasing.
+func TestMutexInteropWithEtcd(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	exclusion(t, c, pfx, 6, 15, func(i int) (func() (int64, error), func() error) {
+		if i%2 == 0 {
+			m := concurrency.NewMutex(newSession(t, c), pfx)
+			return func() (int64, error) {
+					err := m.Lock(t.Context())
+					return m.Token(), err
+				},
+				func() error { return m.Unlock(t.Context()) }
+		}
+		m := etcdconc.NewMutex(etcds.mustSession(t, c, 60).(*etcdconc.Session), pfx)
+		return func() (int64, error) {
+				err := m.Lock(t.Context())
+				if err != nil {
+					return 0, err
+				}
+				resp, err := c.Get(t.Context(), m.Key())
+				if err != nil || len(resp.Kvs) != 1 {
+					return 0, fmt.Errorf("etcd holder's key: %v %v", resp, err)
+				}
+				return resp.Kvs[0].CreateRevision, nil
+			},
+			func() error { return m.Unlock(t.Context()) }
+	})
+}
+
+func TestMutexConcurrentGoroutines(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	m := concurrency.NewMutex(newSession(t, c), pfx)
+	var holders atomic.Int32
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < 10; r++ {
+				if err := m.Lock(t.Context()); err != nil {
+					errc <- err
+					return
+				}
+				if h := holders.Add(1); h != 1 {
+					errc <- fmt.Errorf("%d goroutines hold one Mutex", h)
+				}
+				_ = m.Key()
+				_ = m.Token()
+				holders.Add(-1)
+				if err := m.Unlock(t.Context()); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+}
+
+func TestMutexSameSessionSharesKey(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	s := newSession(t, c)
+	m1, m2 := concurrency.NewMutex(s, pfx), concurrency.NewMutex(s, pfx)
+	if err := m1.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 5*time.Second, lockAsync(t, t.Context(), m2), "second Mutex on the same session"); err != nil {
+		t.Fatal(err)
+	}
+	if m1.Key() != m2.Key() || m1.Token() != m2.Token() {
+		t.Fatalf("keys %q/%q tokens %d/%d, want shared", m1.Key(), m2.Key(), m1.Token(), m2.Token())
+	}
+	if err := m2.TryLock(t.Context()); !errors.Is(err, concurrency.ErrLocked) {
+		t.Fatalf("TryLock on a held Mutex = %v, want ErrLocked", err)
+	}
+	if err := m1.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// The shared key is gone: m2's hold ended with it.
+	if err := m2.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
+		t.Fatalf("%d keys left", n)
+	}
+}
+
+func TestMutexTryLock(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	m1 := concurrency.NewMutex(newSession(t, c), pfx)
+	m2 := concurrency.NewMutex(newSession(t, c), pfx)
+	if err := m1.TryLock(t.Context()); err != nil {
+		t.Fatalf("TryLock on a free lock = %v", err)
+	}
+	if err := m2.TryLock(t.Context()); !errors.Is(err, concurrency.ErrLocked) {
+		t.Fatalf("TryLock on a held lock = %v, want ErrLocked", err)
+	}
+	if kvs := etcdtest.Keys(t, c, pfx); len(kvs) != 1 || string(kvs[0].Key) != m1.Key() {
+		t.Fatalf("keys after a failed TryLock: %v, want only the holder's", kvs)
+	}
+	if m2.Key() != "" || m2.Token() != 0 {
+		t.Fatalf("failed TryLock left Key %q Token %d", m2.Key(), m2.Token())
+	}
+	if err := m1.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.TryLock(t.Context()); err != nil {
+		t.Fatalf("TryLock after release = %v", err)
+	}
+	if err := m2.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMutexCancelLeavesNoKey(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	holder := concurrency.NewMutex(newSession(t, c), pfx)
+	if err := holder.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("timeout", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		m := concurrency.NewMutex(newSession(t, c), pfx)
+		if err := m.Lock(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock = %v, want DeadlineExceeded", err)
+		}
+		if n := len(etcdtest.Keys(t, c, pfx)); n != 1 {
+			t.Fatalf("%d keys after a timed-out Lock, want only the holder's", n)
+		}
+	})
+	t.Run("cancel", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		m := concurrency.NewMutex(newSession(t, c), pfx)
+		errc := lockAsync(t, ctx, m)
+		etcdtest.WaitKeys(t, c, pfx, 2)
+		cancel()
+		if err := within(t, 5*time.Second, errc, "cancelled Lock"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Lock = %v, want Canceled", err)
+		}
+		if n := len(etcdtest.Keys(t, c, pfx)); n != 1 {
+			t.Fatalf("%d keys after a cancelled Lock, want only the holder's", n)
+		}
+	})
+	if err := holder.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMutexBadInput(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	ctx := t.Context()
+	nilm := concurrency.NewMutex(nil, pfx)
+	for name, err := range map[string]error{
+		"Lock": nilm.Lock(ctx), "TryLock": nilm.TryLock(ctx), "Unlock": nilm.Unlock(ctx),
+	} {
+		if !errors.Is(err, concurrency.ErrNilSession) {
+			t.Errorf("nil session: %s = %v, want ErrNilSession", name, err)
+		}
+	}
+	s := newSession(t, c)
+	if err := concurrency.NewMutex(s, "").Lock(ctx); !errors.Is(err, concurrency.ErrInvalidPrefix) {
+		t.Errorf("empty prefix: Lock = %v, want ErrInvalidPrefix", err)
+	}
+	func() {
+		defer func() {
+			if r := recover(); r == nil {
+				t.Error("Locker with a nil session did not panic")
+			}
+		}()
+		concurrency.NewLocker(nil, pfx).Lock()
+	}()
+
+	closed, err := concurrency.NewSession(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := concurrency.NewMutex(closed, pfx)
+	if err := closed.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Lock(ctx); !errors.Is(err, concurrency.ErrSessionExpired) {
+		t.Errorf("Lock on a closed session = %v, want ErrSessionExpired", err)
+	}
+	if err := m.TryLock(ctx); !errors.Is(err, concurrency.ErrSessionExpired) {
+		t.Errorf("TryLock on a closed session = %v, want ErrSessionExpired", err)
+	}
+	if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
+		t.Errorf("%d keys left by a closed session", n)
+	}
+}
+
+// A hold whose session ends is released locally by Unlock, and the Mutex
+// then refuses to lock again on the dead session.
+func TestMutexAfterSessionEnded(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	s, err := concurrency.NewSession(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := concurrency.NewMutex(s, pfx)
+	if err := m.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(t.Context()); err != nil {
+		t.Fatalf("Unlock after the session closed = %v, want nil (the key went with the lease)", err)
+	}
+	if err := m.Lock(t.Context()); !errors.Is(err, concurrency.ErrSessionExpired) {
+		t.Fatalf("Lock after the session closed = %v, want ErrSessionExpired", err)
+	}
+}
+
+// etcd #19597: a waiter whose own session ends keeps waiting in etcd's
+// package until every older key is gone.
+func TestMutexWaiterSessionEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, c *clientv3.Client, s session)
+	}{
+		{"closed", func(t *testing.T, _ *clientv3.Client, s session) { s.Close() }},
+		{"revoked", func(t *testing.T, c *clientv3.Client, s session) {
+			if _, err := c.Revoke(t.Context(), s.Lease()); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, im := range []impl{ours, etcds} {
+				t.Run(im.name, func(t *testing.T) {
+					pfx := etcdtest.Begin(t)
+					c := sharedClient(t)
+					holder := im.newMutex(im.mustSession(t, c, 60), pfx)
+					if err := holder.Lock(t.Context()); err != nil {
+						t.Fatal(err)
+					}
+					ws := im.mustSession(t, c, 60)
+					errc := lockAsync(t, t.Context(), im.newMutex(ws, pfx))
+					etcdtest.WaitKeys(t, c, pfx, 2)
+					tc.end(t, c, ws)
+
+					var violation error
+					select {
+					case err := <-errc:
+						if !errors.Is(err, im.sessionEnded) {
+							violation = fmt.Errorf("waiter returned %v, want ErrSessionExpired", err)
+						}
+					case <-time.After(3 * time.Second):
+						violation = errors.New("waiter still waiting 3 s after its session ended")
+					}
+					holder.Unlock(t.Context())
+					expectBug(t, im, violation)
+				})
+			}
+		})
+	}
+}
+
+// expectBug fails the test if this package shows the violation, or if etcd's
+// package does not: the scenario must reproduce the upstream bug.
+func expectBug(t *testing.T, im impl, violation error) {
+	t.Helper()
+	switch {
+	case im.name == "ours" && violation != nil:
+		t.Fatal(violation)
+	case im.name == "etcd" && violation == nil:
+		t.Fatal("etcd's package no longer shows the bug this test reproduces")
+	case violation != nil:
+		t.Logf("etcd's package, as expected: %v", violation)
+	}
+}
+
+// etcd #22082: an Unlock whose answer was lost, when retried, deleted a
+// newer hold of the same session.
+func TestMutexStaleUnlock(t *testing.T) {
+	for _, im := range []impl{ours, etcds} {
+		t.Run(im.name, func(t *testing.T) {
+			pfx := etcdtest.Begin(t)
+			var rc rpcCounter
+			c := sharedClient(t, rc.option)
+			s := im.mustSession(t, c, 60)
+			old := im.newMutex(s, pfx)
+			if err := old.Lock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			rc.armed.Store(true)
+			if err := old.Unlock(t.Context()); err == nil {
+				t.Fatal("Unlock with a lost answer returned nil")
+			}
+			if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
+				t.Fatalf("the lost Unlock did not delete the key (%d keys)", n)
+			}
+			newer := im.newMutex(s, pfx)
+			if err := newer.Lock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			before := etcdtest.Keys(t, c, pfx)
+			old.Unlock(t.Context()) // the retry
+			after := etcdtest.Keys(t, c, pfx)
+			var violation error
+			if len(after) != 1 || after[0].CreateRevision != before[0].CreateRevision {
+				violation = errors.New("the retried stale Unlock deleted the newer hold")
+			}
+			newer.Unlock(t.Context())
+			expectBug(t, im, violation)
+		})
+	}
+}
+
+// etcd #12017: IsOwner held in a transaction while Lock was still waiting.
+func TestMutexIsOwnerWhileWaiting(t *testing.T) {
+	for _, im := range []impl{ours, etcds} {
+		t.Run(im.name, func(t *testing.T) {
+			pfx := etcdtest.Begin(t)
+			c := sharedClient(t)
+			holder := im.newMutex(im.mustSession(t, c, 60), pfx)
+			if err := holder.Lock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			waiter := im.newMutex(im.mustSession(t, c, 60), pfx)
+			errc := lockAsync(t, t.Context(), waiter)
+			etcdtest.WaitKeys(t, c, pfx, 2)
+			resp, err := c.Txn(t.Context()).If(waiter.IsOwner()).Commit()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var violation error
+			if resp.Succeeded {
+				violation = errors.New("IsOwner held while Lock was waiting")
+			}
+			if err := holder.Unlock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if err := within(t, 5*time.Second, errc, "waiter"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err = c.Txn(t.Context()).If(waiter.IsOwner()).Commit()
+			if err != nil || !resp.Succeeded {
+				t.Fatalf("IsOwner after Lock returned: succeeded=%v err=%v", resp != nil && resp.Succeeded, err)
+			}
+			waiter.Unlock(t.Context())
+			expectBug(t, im, violation)
+		})
+	}
+}
+
+// A compaction while a waiter waits must not fail its Lock: in etcd's
+// package a watch that resumes after a dropped connection from a compacted
+// revision ended the Lock with ErrCompacted.
+func TestMutexCompactionDuringWait(t *testing.T) {
+	clus := bridgeCluster(t)
+	for _, im := range []impl{ours, etcds} {
+		t.Run(im.name, func(t *testing.T) {
+			pfx := etcdtest.Begin(t)
+			hc := etcdtest.NewClient(t, []string{clus.Members[1].GRPCURL})
+			wc := etcdtest.NewClient(t, []string{clus.Members[0].GRPCURL})
+			holder := im.newMutex(im.mustSession(t, hc, 60), pfx)
+			if err := holder.Lock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			errc := lockAsync(t, t.Context(), im.newMutex(im.mustSession(t, wc, 60), pfx))
+			etcdtest.WaitKeys(t, hc, pfx, 2)
+			var rev int64
+			for i := 0; i < 5; i++ {
+				resp, err := hc.Put(t.Context(), pfx+"-other", "x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				rev = resp.Header.Revision
+			}
+			if _, err := hc.Compact(t.Context(), rev, clientv3.WithCompactPhysical()); err != nil {
+				t.Fatal(err)
+			}
+			clus.Members[0].Bridge().DropConnections()
+			if err := holder.Unlock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			var violation error
+			if err := within(t, 10*time.Second, errc, "waiter"); err != nil {
+				violation = fmt.Errorf("waiter's Lock failed after compaction: %v", err)
+			}
+			expectBug(t, im, violation)
+		})
+	}
+}
+
+// etcd #18082: etcd's package cleans up after a cancelled Lock with the
+// client's context, and hangs while etcd cannot be reached. Cleanup here is
+// bounded, and the key is deleted once etcd answers again.
+func TestMutexCleanupBounded(t *testing.T) {
+	clus := bridgeCluster(t)
+	for _, im := range []impl{ours, etcds} {
+		t.Run(im.name, func(t *testing.T) {
+			pfx := etcdtest.Begin(t)
+			hc := etcdtest.NewClient(t, []string{clus.Members[1].GRPCURL})
+			wc := etcdtest.NewClient(t, []string{clus.Members[0].GRPCURL})
+			holder := im.newMutex(im.mustSession(t, hc, 60), pfx)
+			if err := holder.Lock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			errc := lockAsync(t, ctx, im.newMutex(im.mustSession(t, wc, 60), pfx))
+			etcdtest.WaitKeys(t, hc, pfx, 2)
+
+			clus.Members[0].Bridge().Blackhole()
+			cancel()
+			var violation error
+			select {
+			case err := <-errc:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("Lock = %v, want Canceled", err)
+				}
+			case <-time.After(8 * time.Second):
+				violation = errors.New("cancelled Lock still cleaning up 8 s later while etcd is unreachable")
+			}
+			clus.Members[0].Bridge().Unblackhole()
+			clus.Members[0].Bridge().DropConnections() // a blackhole loses bytes mid-stream
+			if im.name == "ours" {
+				etcdtest.WaitKeys(t, hc, pfx, 1) // the session deletes the waiter's key
+			}
+			if err := holder.Unlock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			expectBug(t, im, violation)
+		})
+	}
+}

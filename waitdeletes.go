@@ -1,0 +1,153 @@
+package concurrency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// This file holds the queue algorithm shared by Mutex and Election. A lock
+// name pfx is a queue of keys pfx+hex(lease), ordered by create revision;
+// the key with the smallest create revision holds the lock. A waiter watches
+// only its predecessor, the newest key older than its own (so a delete wakes
+// one waiter, not the whole queue), and its own key (so it returns as soon
+// as its own key or lease is gone, etcd #19597).
+//
+// Every watch here starts at the server's current revision rather than at
+// the revision of the read that found the key. etcd serves a watch that
+// starts at or below its current revision from its "unsynced" set, on a
+// 100 ms tick; that tick is most of the ~100 ms that etcd's package spends on
+// each contended handoff. A watch from the current revision is synced at
+// once; the revision in its created response tells whether anything could
+// have happened between the read and the watch, and only then is the key
+// read again.
+
+// lastTwo selects the two newest keys under a prefix: in the transaction that
+// creates a waiter's key, its own key and its predecessor.
+var lastTwo = append(clientv3.WithLastCreate(), clientv3.WithLimit(2))
+
+// waitDeletes blocks until key, created at rev, is the oldest key under pfx,
+// and returns the header of the read that showed it. pred is the newest key
+// older than key as last read at revision seenRev, or nil if unknown.
+//
+// It returns an error matching ErrSessionExpired when key is deleted or the
+// session ends first, and ctx.Err() when ctx ends first. It leaves key in
+// place either way: the caller cleans up.
+func waitDeletes(ctx context.Context, s *Session, pfx, key string, rev int64, pred *mvccpb.KeyValue, seenRev int64) (*pb.ResponseHeader, error) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(s.ctx, func() { cancel(context.Cause(s.ctx)) })
+	owndone := make(chan struct{})
+	go func() {
+		defer close(owndone)
+		if waitDelete(wctx, s.client, key, rev, seenRev) == nil {
+			s.check()
+			cancel(fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key))
+		}
+	}()
+	defer func() {
+		stop()
+		cancel(nil)
+		<-owndone
+	}()
+
+	// fail says why the wait ended: the caller's context first, so that
+	// errors.Is(err, ctx.Err()) holds, then the session or own key.
+	fail := func(err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if wctx.Err() != nil {
+			return context.Cause(wctx)
+		}
+		return err
+	}
+
+	for {
+		if pred != nil {
+			if err := waitDelete(wctx, s.client, string(pred.Key), pred.CreateRevision, seenRev); err != nil {
+				return nil, fail(err)
+			}
+		}
+		// One read re-checks both that key still exists and which key, if
+		// any, is now its predecessor.
+		resp, err := s.client.Txn(wctx).Then(
+			clientv3.OpGet(key),
+			clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...),
+		).Commit()
+		if err != nil {
+			return nil, fail(err)
+		}
+		own := resp.Responses[0].GetResponseRange().Kvs
+		if len(own) == 0 || own[0].CreateRevision != rev {
+			s.check()
+			return nil, fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key)
+		}
+		older := resp.Responses[1].GetResponseRange().Kvs
+		if len(older) == 0 {
+			return resp.Header, nil
+		}
+		pred, seenRev = older[0], resp.Header.Revision
+	}
+}
+
+// waitDelete blocks until key, which had create revision createRev in a read
+// at revision seenRev, is deleted or replaced (nil), ctx ends (ctx.Err()),
+// or watching fails for a reason other than compaction. After compaction
+// (the watch could not resume) it reads the key again and watches anew.
+func waitDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64) error {
+	for {
+		err := watchDelete(ctx, client, key, createRev, seenRev)
+		if !errors.Is(err, rpctypes.ErrCompacted) {
+			return err
+		}
+		resp, err := client.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+			return nil
+		}
+		seenRev = resp.Header.Revision
+	}
+}
+
+// watchDelete is one watch of waitDelete.
+func watchDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64) error {
+	// A watch without a leader would wait forever for events that never come.
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := client.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		if wr.Created && wr.Header.Revision > seenRev {
+			// Something was written between the read at seenRev and the
+			// watch's start: read the key once more.
+			resp, err := client.Get(ctx, key)
+			if err != nil {
+				return err
+			}
+			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+				return nil
+			}
+		}
+		for _, ev := range wr.Events {
+			// A member that lags behind the read at seenRev may replay the
+			// deletion of an older incarnation of the key: only a deletion
+			// after createRev ends this one.
+			if ev.Type == mvccpb.DELETE && ev.Kv.ModRevision > createRev {
+				return nil
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("concurrency: watch on %q closed", key)
+}
