@@ -94,3 +94,6 @@ func sharedClient(t testing.TB, opts ...func(*clientv3.Config)) *clientv3.Client
 func bridgeCluster(t testing.TB) *integration.Cluster {
 	return etcdtest.NewCluster(t, &integration.ClusterConfig{Size: 3, UseBridge: true})
 }
+
+// endpoints are the shared cluster's client URLs, for the examples.
+func endpoints() []string { return etcdtest.Endpoints() }
