@@ -21,9 +21,13 @@ type hold struct {
 	cancel context.CancelCauseFunc
 
 	once  sync.Once     // starts the watch on key, on first use of ctx
-	mu    sync.Mutex    // guards done
+	mu    sync.Mutex    // guards done, ended, releasing and deleted
 	done  chan struct{} // closed when the watch goroutine returns; nil if never started
-	ended bool          // set by end, under mu: no watch may start after it
+	ended bool          // set by end: no watch may start after it
+	// releasing is set while the holder itself deletes the key (Unlock,
+	// Resign): a deletion that the watch sees meanwhile may be the release's
+	// own, so the watch only records it in deleted, and the release decides.
+	releasing, deleted bool
 }
 
 // endedCtx is the context of no hold: Mutex.Ctx before the first Lock.
@@ -60,10 +64,7 @@ func (h *hold) watch() {
 	for h.ctx.Err() == nil {
 		err := waitDelete(h.ctx, h.s.client, h.key, h.rev, h.seenRev)
 		if err == nil {
-			// Deleted by someone, or by the server with the lease: the lease
-			// check tells the session whether it should end too.
-			h.cancel(fmt.Errorf("%w: key %q was deleted", ErrLockLost, h.key))
-			h.s.check()
+			h.lost()
 			return
 		}
 		// Watching failed (no leader, connection lost): try again until the
@@ -75,13 +76,56 @@ func (h *hold) watch() {
 		resp, err := h.s.client.Get(h.ctx, h.key)
 		if err == nil {
 			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
-				h.cancel(fmt.Errorf("%w: key %q was deleted", ErrLockLost, h.key))
-				h.s.check()
+				h.lost()
 				return
 			}
 			h.seenRev = resp.Header.Revision
 		}
 	}
+}
+
+// lost ends the hold with ErrLockLost because its key was deleted: by
+// someone, or by the server with the lease (the lease check tells the
+// session whether it should end too). During a release it only records the
+// deletion.
+func (h *hold) lost() {
+	h.mu.Lock()
+	if h.releasing {
+		h.deleted = true
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	h.cancel(fmt.Errorf("%w: key %q was deleted", ErrLockLost, h.key))
+	h.s.check()
+}
+
+// release deletes the hold's key, if it is still this hold's, and ends the
+// hold: with ErrLockReleased, or with ErrLockLost if the key was already
+// gone. If the delete fails, the hold goes on (the caller may retry)
+// unless the watch saw the key go meanwhile, and the error is returned.
+// The caller serialises calls to release.
+func (h *hold) release(ctx context.Context) error {
+	h.mu.Lock()
+	h.releasing = true
+	h.mu.Unlock()
+	deleted, err := deleteRev(ctx, h.s.client, h.key, h.rev)
+	if err != nil {
+		h.mu.Lock()
+		h.releasing = false
+		seen := h.deleted
+		h.mu.Unlock()
+		if seen {
+			h.lost()
+		}
+		return err
+	}
+	if deleted {
+		h.end(ErrLockReleased)
+	} else {
+		h.end(fmt.Errorf("%w: key %q was gone before the release", ErrLockLost, h.key))
+	}
+	return nil
 }
 
 // end cancels the hold with cause and waits for its watch to stop.

@@ -198,11 +198,15 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if !m.held {
 		return ErrLockReleased
 	}
-	err := deleteRev(ctx, m.s.client, m.key, m.rev)
-	if err != nil && m.s.ctx.Err() == nil {
-		return err
+	err := m.hold.release(ctx)
+	if err != nil {
+		if m.s.ctx.Err() == nil {
+			return err // still held: Unlock may be retried
+		}
+		// The session has ended: the key goes with the lease, and the
+		// hold's context already has the session's cause.
+		m.hold.end(context.Cause(m.s.ctx))
 	}
-	m.hold.end(ErrLockReleased)
 	m.s.unuse(ctx, m.key, m.rev, false)
 	m.rev, m.held = 0, false
 	<-m.sem

@@ -313,7 +313,8 @@ func (s *Session) sweep() {
 // if it is attached to this session's lease.
 func (s *Session) deleteKey(ctx context.Context, key string, rev int64) error {
 	if rev > 0 {
-		return deleteRev(ctx, s.client, key, rev)
+		_, err := deleteRev(ctx, s.client, key, rev)
+		return err
 	}
 	_, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.LeaseValue(key), "=", s.id)).
@@ -325,12 +326,16 @@ func (s *Session) deleteKey(ctx context.Context, key string, rev int64) error {
 // deleteRev deletes key only if its create revision is rev, so that a late
 // or retried delete never removes a newer incarnation of the same key (etcd
 // #22082). A key that is already gone or newer is not an error.
-func deleteRev(ctx context.Context, client *clientv3.Client, key string, rev int64) error {
-	_, err := client.Txn(ctx).
+// It reports whether it deleted the key.
+func deleteRev(ctx context.Context, client *clientv3.Client, key string, rev int64) (bool, error) {
+	resp, err := client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpDelete(key)).
 		Commit()
-	return err
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
 }
 
 type sessionOptions struct {
