@@ -1,0 +1,264 @@
+// Command lockbench runs the same lock workloads against this module's
+// package and against etcd's go.etcd.io/etcd/client/v3/concurrency, in one
+// process and one run, on one cluster, and prints them side by side with
+// the ratio of the two: latency (mean, p50, p90, p99), throughput, and the
+// unary RPCs, watch requests and watch events per operation, counted by gRPC
+// client interceptors.
+//
+// With no flags it starts an embedded 3-member etcd cluster on loopback and
+// takes a few minutes; -endpoints runs against a real cluster instead, and
+// -quick runs a tiny workload in seconds, to keep the harness working.
+//
+// Workloads, each for both packages:
+//
+//   - raw Put: a single-key Put, the floor for a lock operation, and raw
+//     Get: a linearizable read, which a handoff needs once after the watch
+//     event;
+//   - uncontended Lock+Unlock on one session, with etcd's package also timed
+//     a second time ("etcd#2"): the ratio of its two runs is the noise;
+//   - TryLock on a lock held by another session;
+//   - contended: N sessions, each looping Lock and Unlock; a handoff is the
+//     time from the holder's Unlock returning to the next holder's Lock
+//     returning, and ops/s counts acquisitions;
+//   - queue: N waiters queued on a held lock, then drained; traffic per
+//     handoff, and heap bytes and goroutines per session and per waiting
+//     Lock (measured in a child process that runs no etcd member);
+//   - lost-lock notice: the time from a lease revoke sent by another client
+//     to the holder being told: Mutex.Ctx() here, Session.Done() in etcd's
+//     package, which learns it only from its next keepalive (TTL/3).
+//
+// Every workload uses its own key prefix under /lockbench/<run>, closes its
+// sessions, and checks that its prefix is empty; the run checks that the
+// whole run prefix is empty at the end.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+)
+
+type config struct {
+	endpoints    []string
+	members      int
+	duration     time.Duration
+	rounds       int
+	sessions     []int
+	waiters      []int
+	clients      int
+	maxOps       int
+	lostTTL      int
+	lostTrials   int
+	lostBound    time.Duration
+	queueTimeout time.Duration
+	timeout      time.Duration
+	quick        bool
+	prefix       string
+	childQueue   string
+}
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("lockbench: ")
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+	defer cancel()
+	// Every step is bounded by ctx; this is the backstop if one is not.
+	watchdog := time.AfterFunc(cfg.timeout+time.Minute, func() {
+		log.Printf("still running %v after -timeout; giving up", time.Minute)
+		os.Exit(2)
+	})
+	defer watchdog.Stop()
+
+	if cfg.childQueue != "" {
+		err = runChildQueue(ctx, cfg, os.Stdout)
+	} else {
+		err = run(ctx, cfg, os.Stdout)
+	}
+	if err != nil {
+		log.Print(err)
+		watchdog.Stop()
+		cancel()
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
+	var cfg config
+	var endpoints, sessions, waiters string
+	fs.StringVar(&endpoints, "endpoints", "", "comma-separated client URLs of a running etcd cluster (default: start an embedded cluster on loopback)")
+	fs.IntVar(&cfg.members, "members", 3, "members of the embedded cluster")
+	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured window of each timed workload, per package")
+	fs.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds that split the window of raw Put and Get, uncontended and TryLock")
+	fs.StringVar(&sessions, "sessions", "2,8,32,128", "session counts of the contended workload")
+	fs.StringVar(&waiters, "waiters", "2,1000", "queue lengths of the queue workload")
+	fs.IntVar(&cfg.clients, "clients", 16, "clients that sessions are spread over (one per session up to this many)")
+	fs.IntVar(&cfg.maxOps, "max-ops", 100000, "most operations in one window")
+	fs.IntVar(&cfg.lostTTL, "lost-ttl", 5, "session TTL, in seconds, of the lost-lock workload")
+	fs.IntVar(&cfg.lostTrials, "lost-trials", 5, "holds revoked per package in the lost-lock workload")
+	fs.DurationVar(&cfg.lostBound, "lost-bound", 30*time.Second, "longest wait for a lost-lock notice")
+	fs.DurationVar(&cfg.queueTimeout, "queue-timeout", 3*time.Minute, "bound of one queue workload")
+	fs.DurationVar(&cfg.timeout, "timeout", 15*time.Minute, "bound of the whole run")
+	fs.BoolVar(&cfg.quick, "quick", false, "tiny workload that checks the harness works (numbers are not meaningful)")
+	fs.StringVar(&cfg.prefix, "prefix", "", "key prefix of the run (default: /lockbench/<unix ns>)")
+	fs.StringVar(&cfg.childQueue, "child-queue", "", "internal: run one queue workload, PKG:N, and print it as JSON")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		quick := map[string]string{
+			"duration": "200ms", "rounds": "1", "sessions": "2,8", "waiters": "2,20",
+			"lost-ttl": "2", "lost-trials": "1", "queue-timeout": "1m", "timeout": "3m",
+		}
+		for name, v := range quick {
+			if !set[name] {
+				if err := fs.Set(name, v); err != nil {
+					return cfg, err
+				}
+			}
+		}
+	}
+	if endpoints != "" {
+		cfg.endpoints = strings.Split(endpoints, ",")
+	}
+	var err error
+	if cfg.sessions, err = intList(sessions, 2); err != nil {
+		return cfg, fmt.Errorf("-sessions: %w", err)
+	}
+	if cfg.waiters, err = intList(waiters, 1); err != nil {
+		return cfg, fmt.Errorf("-waiters: %w", err)
+	}
+	switch {
+	case cfg.members < 1:
+		return cfg, fmt.Errorf("-members %d: need at least 1", cfg.members)
+	case cfg.duration <= 0 || cfg.lostBound <= 0 || cfg.queueTimeout <= 0 || cfg.timeout <= 0:
+		return cfg, errors.New("durations must be positive")
+	case cfg.rounds < 1 || cfg.clients < 2 || cfg.maxOps < 1 || cfg.lostTTL < 1 || cfg.lostTrials < 1:
+		return cfg, errors.New("need -rounds >= 1, -clients >= 2, -max-ops >= 1, -lost-ttl >= 1, -lost-trials >= 1")
+	}
+	return cfg, nil
+}
+
+// intList parses a comma-separated list of integers of at least least.
+func intList(s string, least int) ([]int, error) {
+	var ns []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		if n < least {
+			return nil, fmt.Errorf("%d: need at least %d", n, least)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
+}
+
+// newClients returns n clients of endpoints, all counted by counter if it
+// is not nil, and a function that closes them.
+func newClients(endpoints []string, n int, counter *lockbench.Counter) ([]*clientv3.Client, func(), error) {
+	var cs []*clientv3.Client
+	closeAll := func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}
+	for i := 0; i < n; i++ {
+		cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+		if counter != nil {
+			counter.Option(&cfg)
+		}
+		c, err := clientv3.New(cfg)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("client of %v: %w", endpoints, err)
+		}
+		cs = append(cs, c)
+	}
+	return cs, closeAll, nil
+}
+
+// runChildQueue runs one queue workload in this process, which runs no etcd
+// member, and writes its result as JSON to w.
+func runChildQueue(ctx context.Context, cfg config, w io.Writer) error {
+	name, n, ok := strings.Cut(cfg.childQueue, ":")
+	impl, found := lockbench.Named(name)
+	waiters, err := strconv.Atoi(n)
+	if !ok || !found || err != nil || waiters < 1 || len(cfg.endpoints) == 0 || cfg.prefix == "" {
+		return fmt.Errorf("-child-queue %q: want PKG:N with -endpoints and -prefix", cfg.childQueue)
+	}
+	// The holder has a client of its own, not counted: the counts are the
+	// waiters'.
+	holder, closeHolder, err := newClients(cfg.endpoints, 1, nil)
+	if err != nil {
+		return err
+	}
+	defer closeHolder()
+	var counter lockbench.Counter
+	cs, closeClients, err := newClients(cfg.endpoints, min(cfg.clients, waiters), &counter)
+	if err != nil {
+		return err
+	}
+	defer closeClients()
+	r, err := lockbench.Queue(ctx, lockbench.Env{Clients: cs, Counter: &counter}, holder[0], impl, cfg.prefix, waiters, cfg.queueTimeout)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(w).Encode(r)
+}
+
+// childQueue runs the queue workload in a child process of this binary, so
+// that its heap and goroutines are not mixed with those of embedded etcd
+// members.
+func childQueue(ctx context.Context, cfg config, impl lockbench.Impl, pfx string, waiters int) (lockbench.QueueResult, error) {
+	var r lockbench.QueueResult
+	exe, err := os.Executable()
+	if err != nil {
+		return r, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.queueTimeout+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe,
+		"-child-queue", fmt.Sprintf("%s:%d", impl.Name, waiters),
+		"-endpoints", strings.Join(cfg.endpoints, ","),
+		"-prefix", pfx,
+		"-clients", strconv.Itoa(cfg.clients),
+		"-queue-timeout", cfg.queueTimeout.String(),
+		"-timeout", (cfg.queueTimeout + 10*time.Second).String())
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return r, fmt.Errorf("queue of %d, %s: %w", waiters, impl.Name, err)
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return r, fmt.Errorf("queue of %d, %s: reading result: %w", waiters, impl.Name, err)
+	}
+	return r, nil
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/embedetcd"
+	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+)
+
+var (
+	ours  = lockbench.Ours
+	etcd  = lockbench.Etcd
+	etcd2 = func() lockbench.Impl { i := lockbench.Etcd; i.Name = "etcd#2"; return i }()
+)
+
+// pair is one workload measured for both packages.
+type pair struct{ ours, etcd lockbench.Result }
+
+type queuePair struct{ ours, etcd lockbench.QueueResult }
+
+type lost struct {
+	impl    lockbench.Impl
+	samples []time.Duration
+	capped  int
+}
+
+// results is everything one run measured.
+type results struct {
+	put, get    lockbench.Result
+	uncontended map[string]lockbench.Result // by package name, with etcd#2
+	tryLock     pair
+	contended   []pair
+	queue       []queuePair
+	lost        []lost
+}
+
+// run starts (or connects to) the cluster, runs every workload for both
+// packages, and writes the report to w.
+func run(ctx context.Context, cfg config, w io.Writer) (err error) {
+	where := strings.Join(cfg.endpoints, ",")
+	if len(cfg.endpoints) == 0 {
+		progress("starting an embedded %d-member cluster", cfg.members)
+		clus, err := embedetcd.Start(ctx, cfg.members)
+		if err != nil {
+			return err
+		}
+		defer clus.Close()
+		cfg.endpoints = clus.Endpoints
+		where = fmt.Sprintf("embedded %d-member cluster (in this process, loopback)", cfg.members)
+	}
+	root := cfg.prefix
+	if root == "" {
+		root = fmt.Sprintf("/lockbench/%d", time.Now().UnixNano())
+	}
+	var counter lockbench.Counter
+	cs, closeClients, err := newClients(cfg.endpoints, cfg.clients, &counter)
+	if err != nil {
+		return err
+	}
+	defer closeClients()
+	defer func() { err = errors.Join(err, checkEmpty(ctx, cs[0], root)) }()
+
+	env := func(n int) lockbench.Env {
+		return lockbench.Env{Clients: cs[:min(n, len(cs))], Counter: &counter}
+	}
+	lim := func(d time.Duration) lockbench.Limits { return lockbench.Limits{Duration: d, MaxOps: cfg.maxOps} }
+	start := time.Now()
+	res := results{uncontended: map[string]lockbench.Result{}}
+
+	// Raw Put, uncontended and TryLock run in interleaved rounds, in a
+	// different order each round, so that drift in the machine's load
+	// falls on all of them alike.
+	slice := cfg.duration / time.Duration(cfg.rounds)
+	for round := 0; round < cfg.rounds; round++ {
+		progress("round %d/%d: raw Put and Get, uncontended Lock+Unlock, TryLock miss", round+1, cfg.rounds)
+		steps := []func() error{
+			func() error {
+				r, err := lockbench.RawPut(ctx, env(1), root+"/put", lim(slice))
+				res.put.Merge(r)
+				return err
+			},
+			func() error {
+				r, err := lockbench.RawGet(ctx, env(1), root+"/get", lim(slice))
+				res.get.Merge(r)
+				return err
+			},
+		}
+		for _, impl := range []lockbench.Impl{ours, etcd, etcd2} {
+			steps = append(steps, func() error {
+				r, err := lockbench.Uncontended(ctx, env(1), impl, root+"/uncontended/"+impl.Name, lim(slice))
+				prev := res.uncontended[impl.Name]
+				prev.Merge(r)
+				res.uncontended[impl.Name] = prev
+				return err
+			})
+		}
+		for _, p := range []struct {
+			impl lockbench.Impl
+			into *lockbench.Result
+		}{{ours, &res.tryLock.ours}, {etcd, &res.tryLock.etcd}} {
+			steps = append(steps, func() error {
+				r, err := lockbench.TryLockMiss(ctx, env(2), p.impl, root+"/trylock/"+p.impl.Name, lim(slice))
+				p.into.Merge(r)
+				return err
+			})
+		}
+		for i := range steps {
+			if err := steps[(i+round)%len(steps)](); err != nil {
+				return err
+			}
+		}
+	}
+
+	for _, n := range cfg.sessions {
+		o, e, err := both(func(impl lockbench.Impl) (lockbench.Result, error) {
+			progress("contended, %d sessions, %s", n, impl.Name)
+			return lockbench.Contended(ctx, env(n), impl, fmt.Sprintf("%s/contended-%d/%s", root, n, impl.Name), n, lim(cfg.duration))
+		})
+		if err != nil {
+			return err
+		}
+		res.contended = append(res.contended, pair{o, e})
+	}
+
+	for _, n := range cfg.waiters {
+		o, e, err := both(func(impl lockbench.Impl) (lockbench.QueueResult, error) {
+			progress("queue of %d waiters, %s (child process)", n, impl.Name)
+			return childQueue(ctx, cfg, impl, fmt.Sprintf("%s/queue-%d/%s", root, n, impl.Name), n)
+		})
+		if err != nil {
+			return err
+		}
+		res.queue = append(res.queue, queuePair{o, e})
+	}
+
+	for _, impl := range []lockbench.Impl{ours, etcd} {
+		progress("lost-lock notice, %s, %d trials, TTL %d s", impl.Name, cfg.lostTrials, cfg.lostTTL)
+		samples, capped, err := lockbench.LostNotice(ctx, env(2), impl, root+"/lost/"+impl.Name, cfg.lostTTL, cfg.lostTrials, cfg.lostBound)
+		if err != nil {
+			return err
+		}
+		res.lost = append(res.lost, lost{impl, samples, capped})
+	}
+
+	progress("done in %v", time.Since(start).Round(time.Second))
+	report(w, cfg, where, time.Since(start), res)
+	return nil
+}
+
+// both runs f for this package, then for etcd's.
+func both[R any](f func(lockbench.Impl) (R, error)) (o, e R, err error) {
+	if o, err = f(ours); err != nil {
+		return o, e, err
+	}
+	e, err = f(etcd)
+	return o, e, err
+}
+
+// checkEmpty fails if any key is left under the run's prefix.
+func checkEmpty(ctx context.Context, c *clientv3.Client, root string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	resp, err := c.Get(ctx, root+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return fmt.Errorf("checking %s/ is empty: %w", root, err)
+	}
+	if len(resp.Kvs) > 0 {
+		return fmt.Errorf("%d keys left under %s/, first %q", len(resp.Kvs), root, resp.Kvs[0].Key)
+	}
+	progress("no key left under %s/", root)
+	return nil
+}
+
+func progress(format string, args ...any) {
+	log.Printf(format, args...)
+}
+
+// machine describes the machine for the report.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %d CPUs, GOMAXPROCS %d, %s %s/%s", model, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}

@@ -1,0 +1,90 @@
+// Package lockbench holds the workloads that compare this module's lock
+// package with etcd's go.etcd.io/etcd/client/v3/concurrency on the same
+// cluster in the same run: cmd/lockbench prints them as a table, and the Go
+// benchmarks of the module root run the main cases under testing.B.
+//
+// A workload talks to etcd only through the clients it is given, keeps to
+// its own key prefix, closes every session it opens, and checks that its
+// prefix is empty when it returns. Every loop stops at a count and at a
+// time, whichever comes first.
+package lockbench
+
+import (
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/seed-a9d410c6/concurrency"
+)
+
+// Session is what a workload needs of a session: both packages' Session
+// types have these methods.
+type Session interface {
+	Close() error
+	Lease() clientv3.LeaseID
+}
+
+// Mutex is what a workload needs of a mutex: both packages' Mutex types have
+// these methods.
+type Mutex interface {
+	Lock(ctx context.Context) error
+	TryLock(ctx context.Context) error
+	Unlock(ctx context.Context) error
+}
+
+// Impl is one lock package under test.
+type Impl struct {
+	// Name labels the package in results ("ours", "etcd").
+	Name string
+	// NewSession opens a session with a lease of ttl seconds on c; ctx
+	// bounds the call and the session's life.
+	NewSession func(ctx context.Context, c *clientv3.Client, ttl int) (Session, error)
+	NewMutex   func(s Session, pfx string) Mutex
+	// ErrLocked is the error TryLock returns when the lock is held.
+	ErrLocked error
+	// Lost returns the channel that tells the holder of m on s that its hold
+	// has ended, as a program using the package would wait for it. It is
+	// called right after Lock returns.
+	Lost func(s Session, m Mutex) <-chan struct{}
+	// LostSignal names what Lost waits on, for reports.
+	LostSignal string
+}
+
+// Ours is this module's package.
+var Ours = Impl{
+	Name: "ours",
+	NewSession: func(ctx context.Context, c *clientv3.Client, ttl int) (Session, error) {
+		return concurrency.NewSession(c, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+	},
+	NewMutex: func(s Session, pfx string) Mutex {
+		return concurrency.NewMutex(s.(*concurrency.Session), pfx)
+	},
+	ErrLocked:  concurrency.ErrLocked,
+	Lost:       func(_ Session, m Mutex) <-chan struct{} { return m.(*concurrency.Mutex).Ctx().Done() },
+	LostSignal: "Mutex.Ctx().Done()",
+}
+
+// Etcd is etcd's package, go.etcd.io/etcd/client/v3/concurrency.
+var Etcd = Impl{
+	Name: "etcd",
+	NewSession: func(ctx context.Context, c *clientv3.Client, ttl int) (Session, error) {
+		return etcdconc.NewSession(c, etcdconc.WithTTL(ttl), etcdconc.WithContext(ctx))
+	},
+	NewMutex: func(s Session, pfx string) Mutex {
+		return etcdconc.NewMutex(s.(*etcdconc.Session), pfx)
+	},
+	ErrLocked:  etcdconc.ErrLocked,
+	Lost:       func(s Session, _ Mutex) <-chan struct{} { return s.(*etcdconc.Session).Done() },
+	LostSignal: "Session.Done()",
+}
+
+// Named returns the package called name ("ours" or "etcd").
+func Named(name string) (Impl, bool) {
+	for _, i := range []Impl{Ours, Etcd} {
+		if i.Name == name {
+			return i, true
+		}
+	}
+	return Impl{}, false
+}
