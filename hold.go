@@ -62,7 +62,7 @@ func (h *hold) context() context.Context {
 func (h *hold) watch() {
 	defer close(h.done)
 	for h.ctx.Err() == nil {
-		err := waitDelete(h.ctx, h.s.client, h.key, h.rev, h.seenRev)
+		err := waitDelete(h.ctx, h.s.client, h.key, h.rev, h.seenRev, fromNow)
 		if err == nil {
 			h.lost()
 			return

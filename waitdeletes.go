@@ -18,14 +18,16 @@ import (
 // one waiter, not the whole queue), and its own key (so it returns as soon
 // as its own key or lease is gone, etcd #19597).
 //
-// Every watch here starts at the server's current revision rather than at
-// the revision of the read that found the key. etcd serves a watch that
-// starts at or below its current revision from its "unsynced" set, on a
-// 100 ms tick; that tick is most of the ~100 ms that etcd's package spends on
-// each contended handoff. A watch from the current revision is synced at
-// once; the revision in its created response tells whether anything could
-// have happened between the read and the watch, and only then is the key
-// read again.
+// The watch on the predecessor starts at the server's current revision
+// rather than at the revision of the read that found the key. etcd serves a
+// watch that starts at or below its current revision from its "unsynced"
+// set, on a 100 ms tick; that tick is most of the ~100 ms that etcd's
+// package spends on each contended handoff. A watch from the current
+// revision is synced at once; the revision in its created response tells
+// whether anything could have happened between the read and the watch, and
+// only then is the key read again. The watch on the waiter's own key, whose
+// deletion is rare and off the handoff path, starts right after the read
+// and never costs a read (see start).
 
 // lastTwo selects the two newest keys under a prefix: in the transaction that
 // creates a waiter's key, its own key and its predecessor.
@@ -44,7 +46,9 @@ func waitDeletes(ctx context.Context, s *Session, pfx, key string, rev int64, pr
 	owndone := make(chan struct{})
 	go func() {
 		defer close(owndone)
-		if waitDelete(wctx, s.client, key, rev, seenRev) == nil {
+		// The own key is rarely deleted: watch it without the extra read
+		// that a prompt start may cost on a busy cluster.
+		if waitDelete(wctx, s.client, key, rev, seenRev, fromSeen) == nil {
 			s.check()
 			cancel(fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key))
 		}
@@ -69,7 +73,7 @@ func waitDeletes(ctx context.Context, s *Session, pfx, key string, rev int64, pr
 
 	for {
 		if pred != nil {
-			if err := waitDelete(wctx, s.client, string(pred.Key), pred.CreateRevision, seenRev); err != nil {
+			if err := waitDelete(wctx, s.client, string(pred.Key), pred.CreateRevision, seenRev, fromNow); err != nil {
 				return nil, fail(err)
 			}
 		}
@@ -95,13 +99,29 @@ func waitDeletes(ctx context.Context, s *Session, pfx, key string, rev int64, pr
 	}
 }
 
+// start says where waitDelete starts its watch.
+type start int
+
+const (
+	// fromNow starts the watch at the server's current revision, so that
+	// etcd serves it from its synced set at once, and reads the key again
+	// if the server has moved past the caller's read: the promptest notice,
+	// at the cost of that read on a busy cluster.
+	fromNow start = iota
+	// fromSeen starts the watch right after the caller's read: never an
+	// extra read, but if the server has moved past that read, etcd serves
+	// the watch from its unsynced set, up to about 100 ms late. For keys
+	// whose deletion is rare and off the handoff path.
+	fromSeen
+)
+
 // waitDelete blocks until key, which had create revision createRev in a read
 // at revision seenRev, is deleted or replaced (nil), ctx ends (ctx.Err()),
 // or watching fails for a reason other than compaction. After compaction
 // (the watch could not resume) it reads the key again and watches anew.
-func waitDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64) error {
+func waitDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64, from start) error {
 	for {
-		err := watchDelete(ctx, client, key, createRev, seenRev)
+		err := watchDelete(ctx, client, key, createRev, seenRev, from)
 		if !errors.Is(err, rpctypes.ErrCompacted) {
 			return err
 		}
@@ -117,16 +137,20 @@ func waitDelete(ctx context.Context, client *clientv3.Client, key string, create
 }
 
 // watchDelete is one watch of waitDelete.
-func watchDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64) error {
+func watchDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64, from start) error {
 	// A watch without a leader would wait forever for events that never come.
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := client.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify(), clientv3.WithFilterPut()}
+	if from == fromSeen {
+		opts = append(opts, clientv3.WithRev(seenRev+1))
+	}
+	wch := client.Watch(wctx, key, opts...)
 	for wr := range wch {
 		if err := wr.Err(); err != nil {
 			return err
 		}
-		if wr.Created && wr.Header.Revision > seenRev {
+		if from == fromNow && wr.Created && wr.Header.Revision > seenRev {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
 			resp, err := client.Get(ctx, key)
