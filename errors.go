@@ -5,8 +5,8 @@ import "errors"
 // Errors returned by this package. Match them with errors.Is: most are
 // returned wrapped, with the key, lease or revision they concern.
 //
-// ErrLocked, ErrSessionExpired and ErrLockReleased keep the exact text of
-// etcd's package, so that programs (and logs) that compare the strings keep
+// ErrLocked, ErrSessionExpired, ErrLockReleased, ErrElectionNotLeader and
+// ErrElectionNoLeader keep the exact text of etcd's package, so that programs (and logs) that compare the strings keep
 // working after the import path is swapped.
 var (
 	// ErrLocked is returned by TryLock when another session holds the lock,
@@ -53,4 +53,15 @@ var (
 	// that does not exist (any more). It is returned joined with etcd's own
 	// rpctypes.ErrLeaseNotFound.
 	ErrLeaseNotFound = errors.New("concurrency: lease not found")
+
+	// ErrElectionNotLeader is returned by Proclaim when the Election is not
+	// the leader: Campaign has not won, Resign was called, or the leader key
+	// is gone. It is also returned, wrapped, by every method of an Election
+	// that ResumeElection was given a key outside the election or a revision
+	// that is not positive.
+	ErrElectionNotLeader = errors.New("election: not leader")
+
+	// ErrElectionNoLeader is returned by Leader when the election has no
+	// candidate, and so no leader.
+	ErrElectionNoLeader = errors.New("election: no leader")
 )

@@ -37,6 +37,18 @@ var endedCtx = func() context.Context {
 	return ctx
 }()
 
+// holdContext is what Mutex.Ctx and Election.Ctx return for h, their
+// current hold if held, else their last one, or nil before the first.
+func holdContext(h *hold, held bool) context.Context {
+	switch {
+	case h == nil:
+		return endedCtx
+	case !held:
+		return h.ctx
+	}
+	return h.context()
+}
+
 func newHold(s *Session, key string, rev, seenRev int64) *hold {
 	// The session's cause (wrapping ErrSessionExpired) passes to the hold.
 	ctx, cancel := context.WithCancelCause(s.ctx)

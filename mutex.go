@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -117,64 +116,18 @@ func (m *Mutex) TryLock(ctx context.Context) error {
 // lock acquires the lock for the goroutine that holds m.sem. If wait is
 // false it gives up with ErrLocked instead of waiting.
 func (m *Mutex) lock(ctx context.Context, wait bool) error {
-	s := m.s
-	if s.ctx.Err() != nil {
-		return context.Cause(s.ctx)
-	}
-	s.use(m.key)
-	// One transaction: create the key unless this session has it already,
-	// and read what decides ownership. When the key is created it is the
-	// newest, so the two newest keys are it and its predecessor.
-	resp, err := s.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(m.key), "=", 0)).
-		Then(clientv3.OpPut(m.key, "", clientv3.WithLease(s.id)), clientv3.OpGet(m.pfx, lastTwo...)).
-		Else(clientv3.OpGet(m.key), clientv3.OpGet(m.pfx, clientv3.WithFirstCreate()...)).
-		Commit()
-	if err != nil {
-		// The put may have been applied: delete the key if it is ours.
-		s.unuse(ctx, m.key, 0, true)
-		return err
-	}
-
-	var rev int64
-	var pred *mvccpb.KeyValue
-	owner := false
-	if resp.Succeeded {
-		rev = resp.Header.Revision
-		kvs := resp.Responses[1].GetResponseRange().Kvs
-		owner = len(kvs) < 2
-		if !owner {
-			pred = kvs[1]
-		}
-	} else {
-		rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
-		first := resp.Responses[1].GetResponseRange().Kvs
-		owner = len(first) == 0 || first[0].CreateRevision == rev
-	}
-
-	hdr := resp.Header
-	if !owner {
-		if !wait {
-			s.unuse(ctx, m.key, rev, true)
-			return ErrLocked
-		}
+	rev, hdr, err := acquire(ctx, m.s, m.pfx, m.key, "", false, wait, func(rev int64) {
 		m.mu.Lock()
 		m.rev = rev
 		m.mu.Unlock()
-		hdr, err = waitDeletes(ctx, s, m.pfx, m.key, rev, pred, resp.Header.Revision)
-		if err != nil {
-			m.mu.Lock()
-			m.rev = 0
-			m.mu.Unlock()
-			s.unuse(ctx, m.key, rev, true)
-			return err
-		}
+	})
+	if err != nil {
+		return err
 	}
-
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.rev, m.held, m.hdr = rev, true, hdr
-	m.hold = newHold(s, m.key, rev, hdr.Revision)
+	m.hold = newHold(m.s, m.key, rev, hdr.Revision)
 	return nil
 }
 
@@ -274,13 +227,7 @@ func (m *Mutex) Token() int64 {
 func (m *Mutex) Ctx() context.Context {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	switch {
-	case m.hold == nil:
-		return endedCtx
-	case !m.held:
-		return m.hold.ctx
-	}
-	return m.hold.context()
+	return holdContext(m.hold, m.held)
 }
 
 // Txn returns a transaction that commits only while this Mutex holds the
@@ -292,11 +239,7 @@ func (m *Mutex) Ctx() context.Context {
 func (m *Mutex) Txn(ctx context.Context) clientv3.Txn {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	t := &guardedTxn{ctx: ctx, key: m.key}
-	if m.held {
-		t.client, t.rev = m.s.client, m.rev
-	}
-	return t
+	return newGuardedTxn(ctx, m.s, m.key, m.rev, m.held)
 }
 
 // Do locks m, runs fn with a context that ends when ctx ends or the hold

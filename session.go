@@ -278,6 +278,8 @@ func (s *Session) unuse(ctx context.Context, key string, rev int64, remove bool)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	// A closed client cannot delete anything: do not retry until the timeout.
+	defer context.AfterFunc(s.client.Ctx(), cancel)()
 	if err := s.deleteKey(ctx, key, rev); err != nil {
 		s.mu.Lock()
 		s.stale[key] = rev

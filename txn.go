@@ -22,6 +22,17 @@ type guardedTxn struct {
 	thens, elses []clientv3.Op
 }
 
+// newGuardedTxn is the transaction of Mutex.Txn and Election.Txn: guarded
+// by key having create revision rev if held, and failing with ErrLockLost
+// otherwise.
+func newGuardedTxn(ctx context.Context, s *Session, key string, rev int64, held bool) *guardedTxn {
+	t := &guardedTxn{ctx: ctx, key: key}
+	if held {
+		t.client, t.rev = s.client, rev
+	}
+	return t
+}
+
 func (t *guardedTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
 	t.cmps = append(t.cmps, cs...)
 	return t

@@ -33,6 +33,103 @@ import (
 // creates a waiter's key, its own key and its predecessor.
 var lastTwo = append(clientv3.WithLastCreate(), clientv3.WithLimit(2))
 
+// acquire takes a place for key, with value val, in the queue pfx (see
+// enqueue) and, if wait, waits until key is first (see waitDeletes). It
+// returns the key's create revision and the header of the read that showed
+// it first. waiting, if not nil, is called with the key's create revision
+// when a wait starts, and with 0 when it fails.
+//
+// Without wait, a key that is not first gives ErrLocked. On every error,
+// the key has been released: deleted, within a bounded time, unless another
+// Mutex or Election of the session still uses it (see Session.unuse).
+func acquire(ctx context.Context, s *Session, pfx, key, val string, update, wait bool, waiting func(rev int64)) (int64, *pb.ResponseHeader, error) {
+	if s.ctx.Err() != nil {
+		return 0, nil, context.Cause(s.ctx)
+	}
+	s.use(key)
+	q, err := enqueue(ctx, s, pfx, key, val, update)
+	if err != nil {
+		// The put may have been applied: delete the key if it is ours.
+		s.unuse(ctx, key, 0, true)
+		return 0, nil, err
+	}
+	if q.first {
+		return q.rev, q.hdr, nil
+	}
+	if !wait {
+		s.unuse(ctx, key, q.rev, true)
+		return 0, nil, ErrLocked
+	}
+	if waiting != nil {
+		waiting(q.rev)
+	}
+	hdr, err := waitDeletes(ctx, s, pfx, key, q.rev, q.pred, q.hdr.Revision)
+	if err != nil {
+		if waiting != nil {
+			waiting(0)
+		}
+		s.unuse(ctx, key, q.rev, true)
+		return 0, nil, err
+	}
+	return q.rev, hdr, nil
+}
+
+// queued is where enqueue left a key in its queue.
+type queued struct {
+	rev   int64              // the key's create revision
+	first bool               // the key is the oldest in the queue: it holds the lock
+	pred  *mvccpb.KeyValue   // the newest older key, when known and not first
+	hdr   *pb.ResponseHeader // of the transaction
+}
+
+// enqueue puts key with value val on the session's lease at the end of the
+// queue pfx, unless the session has it already, in which case it keeps the
+// key's place and sets its value to val if it differs. It takes one
+// transaction, which also reads what decides ownership: when the key is
+// created it is the newest, so the two newest keys are it and its
+// predecessor; when it exists, the oldest key tells whether it is first.
+//
+// Mutex.Lock and TryLock enqueue with update false: a lock key's value is
+// left as it is (etcd's Mutex writes "", etcdlock a description of its
+// holder). Election.Campaign enqueues with update true, as etcd's does.
+//
+// A lease that no longer exists gives an error matching ErrSessionExpired.
+func enqueue(ctx context.Context, s *Session, pfx, key, val string, update bool) (queued, error) {
+	orElse := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)}
+	if update {
+		orElse = append(orElse, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "!=", val)},
+			[]clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id))},
+			nil))
+	}
+	resp, err := s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, val, clientv3.WithLease(s.id)), clientv3.OpGet(pfx, lastTwo...)).
+		Else(orElse...).
+		Commit()
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		s.check()
+		return queued{}, fmt.Errorf("%w: lease %x: %w", ErrSessionExpired, int64(s.id), err)
+	}
+	if err != nil {
+		return queued{}, err
+	}
+	q := queued{hdr: resp.Header}
+	if resp.Succeeded {
+		q.rev = resp.Header.Revision
+		kvs := resp.Responses[1].GetResponseRange().Kvs
+		q.first = len(kvs) < 2
+		if !q.first {
+			q.pred = kvs[1]
+		}
+		return q, nil
+	}
+	q.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+	first := resp.Responses[1].GetResponseRange().Kvs
+	q.first = len(first) == 0 || first[0].CreateRevision == q.rev
+	return q, nil
+}
+
 // waitDeletes blocks until key, created at rev, is the oldest key under pfx,
 // and returns the header of the read that showed it. pred is the newest key
 // older than key as last read at revision seenRev, or nil if unknown.
@@ -138,27 +235,20 @@ func waitDelete(ctx context.Context, client *clientv3.Client, key string, create
 
 // watchDelete is one watch of waitDelete.
 func watchDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64, from start) error {
-	// A watch without a leader would wait forever for events that never come.
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
 	opts := []clientv3.OpOption{clientv3.WithCreatedNotify(), clientv3.WithFilterPut()}
 	if from == fromSeen {
 		opts = append(opts, clientv3.WithRev(seenRev+1))
 	}
-	wch := client.Watch(wctx, key, opts...)
-	for wr := range wch {
-		if err := wr.Err(); err != nil {
-			return err
-		}
+	return watchUntil(ctx, client, key, func(wr clientv3.WatchResponse) (bool, error) {
 		if from == fromNow && wr.Created && wr.Header.Revision > seenRev {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
 			resp, err := client.Get(ctx, key)
 			if err != nil {
-				return err
+				return false, err
 			}
 			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
-				return nil
+				return true, nil
 			}
 		}
 		for _, ev := range wr.Events {
@@ -166,8 +256,29 @@ func watchDelete(ctx context.Context, client *clientv3.Client, key string, creat
 			// deletion of an older incarnation of the key: only a deletion
 			// after createRev ends this one.
 			if ev.Type == mvccpb.DELETE && ev.Kv.ModRevision > createRev {
-				return nil
+				return true, nil
 			}
+		}
+		return false, nil
+	}, opts...)
+}
+
+// watchUntil watches key with opts until fn, called on each response in
+// order, returns true or an error. It returns nil when fn returned true,
+// fn's error, or the error that ended the watch (compaction, no leader,
+// lost connection, ctx). A watch that starts after the current revision is
+// synced at once (see waitdeletes.go).
+
+func watchUntil(ctx context.Context, client *clientv3.Client, key string, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
+	// A watch without a leader would wait forever for events that never come.
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range client.Watch(wctx, key, opts...) {
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		if done, err := fn(wr); done || err != nil {
+			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {

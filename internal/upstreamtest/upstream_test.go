@@ -28,7 +28,9 @@ var etcdFiles = []string{
 	"main_test.go",
 	"session_test.go",
 	"mutex_test.go",
+	"election_test.go",
 	"example_mutex_test.go",
+	"example_election_test.go",
 }
 
 // pkgDir is this package's directory: etcdtest.Main changes the working

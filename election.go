@@ -1,0 +1,442 @@
+package concurrency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Election is a leader election on etcd: the drop-in counterpart of etcd's
+// concurrency.Election, with the same keys and values, so that this
+// package, etcd's package and `etcdctl elect` take part in the same
+// election on the same name.
+//
+// An election is a lock whose key carries a value. Candidates queue exactly
+// as the holders of a Mutex do, with the same code (waitdeletes.go): the
+// key with the smallest create revision is the leader, and its value is
+// what the leader proclaims. Like a Mutex, the candidacy belongs to the
+// Session: two Elections on the same session and name share one key.
+//
+// A leader stays leader until Resign, until its key is deleted, or until
+// its session ends; the end of the context given to Campaign does not end
+// a leadership already won. Ctx tells when the leadership ends or may have
+// ended, Rev is a fencing token, and Txn writes only while the leadership
+// lasts.
+//
+// An Election is safe for use by several goroutines: Campaign calls on one
+// Election run one at a time, and Proclaim, Resign and the accessors may be
+// called from any goroutine at any time (etcd's Election had data races
+// here, etcd #7547). It differs from etcd's where etcd's was a bug:
+//
+//   - Campaign returns nil only after a read showed its own key first in
+//     the queue, and a candidate returns an error matching
+//     ErrSessionExpired as soon as its own key or session is gone, rather
+//     than waiting for the older candidates and then claiming to lead
+//     (etcd #11007, #19597);
+//   - Campaign deletes its key on every failure, not only on cancellation,
+//     within a bounded time (#21128, #18082);
+//   - a Resign that fails keeps the leadership, so that it can be retried
+//     (#22123), and Resign deletes only the incarnation of the key that won;
+//   - ResumeElection uses the same key prefix as NewElection, so that the
+//     resumed Election's Leader and Observe see only its own election
+//     (#10297, #13469);
+//   - Observe reports, with each value, the revision at which it was the
+//     leader's value, even when several writes reach it at once (#18163),
+//     and carries on through compaction and lost connections instead of
+//     closing its channel;
+//   - Rev and Txn are those of a leader only once Campaign has won, and Rev
+//     is 0 when the Election is not the leader.
+type Election struct {
+	s   *Session
+	pfx string // the election name followed by "/"
+	key string // pfx and the session's lease ID in hex: the key Campaign writes
+	err error  // invalid ResumeElection arguments, returned by every method
+
+	sem chan struct{} // holds one token while a goroutine runs Campaign
+
+	mu        sync.Mutex // guards leaderKey, rev, leader, hdr and hold; held by Proclaim and Resign for their round trip
+	leaderKey string     // the key while Campaign waits or while leader; "" otherwise
+	rev       int64      // create revision of leaderKey while Campaign waits or while leader; 0 otherwise
+	leader    bool
+	hdr       *pb.ResponseHeader
+	hold      *hold // the current leadership, or the last one once it ended; nil before the first
+}
+
+// NewElection returns an Election named pfx on session s. It does not talk
+// to etcd. Its keys are pfx, "/" and a lease ID in hex, as in etcd's
+// package (so an Election named "a/" has keys "a//…"). A nil session or an
+// empty name is reported by the Election's methods, with ErrNilSession or
+// ErrInvalidPrefix.
+func NewElection(s *Session, pfx string) *Election {
+	e := &Election{s: s, pfx: prefix(pfx), sem: make(chan struct{}, 1)}
+	if s != nil {
+		e.key = leaseKey(e.pfx, s.Lease())
+	}
+	return e
+}
+
+// ResumeElection returns an Election named pfx on session s that is
+// already the leader with leaderKey, created at revision leaderRev: for
+// example the Key and Rev of a Campaign won before a restart, with s
+// adopting the old lease through WithLease. It does not talk to etcd: the
+// first Proclaim, Resign, Txn or watch of Ctx finds out whether the
+// leadership is still there.
+//
+// The name is turned into a key prefix as NewElection does it; etcd's
+// ResumeElection dropped the "/", so that Leader and Observe of a resumed
+// Election also read the keys of other elections whose names begin with
+// pfx (etcd #10297, #13469). A leaderKey that is not a key of the election,
+// or a leaderRev that is not positive, makes every method return an error
+// matching ErrElectionNotLeader.
+func ResumeElection(s *Session, pfx string, leaderKey string, leaderRev int64) *Election {
+	e := NewElection(s, pfx)
+	if !strings.HasPrefix(leaderKey, e.pfx) || len(leaderKey) == len(e.pfx) || leaderRev <= 0 {
+		e.err = fmt.Errorf("%w: ResumeElection(%q, %q, %d): not a key of the election and its create revision", ErrElectionNotLeader, pfx, leaderKey, leaderRev)
+		return e
+	}
+	if validate(s, e.pfx) != nil {
+		return e // reported by the methods
+	}
+	s.use(leaderKey)
+	e.leaderKey, e.rev, e.leader = leaderKey, leaderRev, true
+	e.hold = newHold(s, leaderKey, leaderRev, 0)
+	return e
+}
+
+// validate reports a bad session, name, or ResumeElection argument.
+func (e *Election) validate() error {
+	if err := validate(e.s, e.pfx); err != nil {
+		return err
+	}
+	return e.err
+}
+
+// Campaign makes the session a candidate with value val and blocks until it
+// is the leader, ctx ends, or the session ends. Uncontended, it takes one
+// round trip. Candidates win in the order of their keys' create revisions,
+// each watching only the one before it and its own key.
+//
+// If the session is already a candidate on this election (another Election
+// on the same session and name, or a restarted process that adopted its
+// lease with WithLease), Campaign keeps that key and its place in the queue
+// and sets its value to val, as etcd's does. If this Election is already the
+// leader, Campaign only proclaims val: an error then is Proclaim's, and
+// leaves the Election the leader unless it matches ErrElectionNotLeader, in
+// which case Campaign runs for the leadership again.
+//
+// If ctx ends first, Campaign returns an error matching ctx.Err(); if the
+// session ends or the key is deleted first, an error matching
+// ErrSessionExpired. On every error (but those of a leader's Proclaim) the
+// Election is not the leader and its key has been deleted, unless another
+// Election of the session still uses it. The delete is bounded in time
+// even if etcd cannot be reached, and then retried by the session once etcd
+// answers again.
+func (e *Election) Campaign(ctx context.Context, val string) error {
+	if err := e.validate(); err != nil {
+		return err
+	}
+	select {
+	case e.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-e.sem }()
+
+	e.mu.Lock()
+	leader := e.leader
+	e.mu.Unlock()
+	if leader {
+		err := e.Proclaim(ctx, val)
+		if !errors.Is(err, ErrElectionNotLeader) {
+			return err
+		}
+		// The leadership was lost meanwhile: run for it again.
+	}
+
+	rev, hdr, err := acquire(ctx, e.s, e.pfx, e.key, val, true, true, func(rev int64) {
+		e.mu.Lock()
+		e.leaderKey, e.rev = e.key, rev
+		if rev == 0 {
+			e.leaderKey = ""
+		}
+		e.mu.Unlock()
+	})
+	if err != nil {
+		return err
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.leaderKey, e.rev, e.leader, e.hdr = e.key, rev, true, hdr
+	e.hold = newHold(e.s, e.key, rev, hdr.Revision)
+	return nil
+}
+
+// Proclaim sets the leader's value to val without a new election. It takes
+// one round trip: a transaction that writes only if the leader key still
+// has the create revision it won with.
+//
+// It returns an error matching ErrElectionNotLeader, and writes nothing, if
+// the Election is not the leader: Campaign has not won (or still waits),
+// Resign was called, or the key is gone, in which case the leadership ends
+// here (Ctx is cancelled with ErrLockLost). On any other error (ctx ended,
+// etcd unreachable) the value may or may not have been written, and the
+// Election is still the leader.
+func (e *Election) Proclaim(ctx context.Context, val string) error {
+	if err := e.validate(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.leader {
+		return ErrElectionNotLeader
+	}
+	resp, err := e.s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(e.leaderKey), "=", e.rev)).
+		Then(clientv3.OpPut(e.leaderKey, val, clientv3.WithLease(e.s.id))).
+		Commit()
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		gone := fmt.Errorf("key %q no longer has create revision %d", e.leaderKey, e.rev)
+		e.hold.end(fmt.Errorf("%w: %w", ErrLockLost, gone))
+		e.forget(ctx)
+		return fmt.Errorf("%w: %w", ErrElectionNotLeader, gone)
+	}
+	e.hdr = resp.Header
+	return nil
+}
+
+// Resign ends the leadership: it deletes the leader key if, and only if,
+// it is still the incarnation this Election won with, so that the next
+// candidate is elected, and it cancels Ctx with cause ErrLockReleased (or
+// ErrLockLost if the key was already gone). A key that is already gone is
+// not an error. It takes one round trip. Resign returns nil at once if the
+// Election is not the leader, including while a Campaign still waits: to
+// give up a campaign, end its context.
+//
+// If the delete fails (ctx ended, etcd unreachable), Resign returns the
+// error and the Election stays the leader, so that Resign can be retried
+// (etcd's forgot the leadership and left the key, etcd #22123). Once the
+// session has ended, the leadership is released locally anyway, and the key
+// goes with the lease. Header is not changed.
+func (e *Election) Resign(ctx context.Context) error {
+	if err := e.validate(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.leader {
+		return nil
+	}
+	err := e.hold.release(ctx)
+	if err != nil {
+		if e.s.ctx.Err() == nil {
+			return err // still the leader: Resign may be retried
+		}
+		e.hold.end(context.Cause(e.s.ctx))
+	}
+	e.forget(ctx)
+	return err
+}
+
+// forget drops the state of a leadership whose hold has ended. The caller
+// holds e.mu.
+func (e *Election) forget(ctx context.Context) {
+	e.s.unuse(ctx, e.leaderKey, e.rev, false)
+	e.leaderKey, e.rev, e.leader = "", 0, false
+}
+
+// Leader returns the current leader's key and value, as the only entry of
+// the response's Kvs, in one linearizable read. It returns
+// ErrElectionNoLeader if the election has no candidate.
+func (e *Election) Leader(ctx context.Context) (*clientv3.GetResponse, error) {
+	if err := validate(e.s, e.pfx); err != nil {
+		return nil, err
+	}
+	resp, err := e.s.client.Get(ctx, e.pfx, clientv3.WithFirstCreate()...)
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, ErrElectionNoLeader
+	}
+	return resp, nil
+}
+
+// Observe returns a channel on which it posts the leader, as Leader would
+// return it, each time the leader changes or proclaims a value, in order:
+// first the current leader (or the first one once there is one), then each
+// value after it. Each response is what a read at its Header.Revision would
+// have returned: the leader at that revision, with its value then. (etcd's
+// gave several values that reached it at once the same, later, revision,
+// etcd #18163.) It may skip a leader or value that was replaced before it
+// could read it, but it always posts the latest, and never the same value
+// twice.
+//
+// Observe never posts a response without a leader, because callers of
+// etcd's Observe read resp.Kvs[0]: when the leader resigns and no candidate
+// is left, nothing is posted until the next leader. To tell whether there
+// is a leader now, call Leader, which returns ErrElectionNoLeader.
+//
+// A goroutine reads etcd for the channel until ctx ends or the client is
+// closed, and then closes the channel; the caller must keep receiving until
+// then or end ctx. The session's end does not stop it. Compaction, lost
+// connections and members without a raft leader do not end it either
+// (etcd's closed the channel then): it reads the leader again, retrying
+// every 500 ms while etcd does not answer. A nil session or an empty name
+// give a channel that is already closed.
+func (e *Election) Observe(ctx context.Context) <-chan *clientv3.GetResponse {
+	ch := make(chan *clientv3.GetResponse)
+	if validate(e.s, e.pfx) != nil {
+		close(ch)
+		return ch
+	}
+	go e.observe(ctx, ch)
+	return ch
+}
+
+func (e *Election) observe(ctx context.Context, ch chan<- *clientv3.GetResponse) {
+	defer close(ch)
+	client := e.s.client
+	var last *mvccpb.KeyValue // the last value posted
+	post := func(hdr *pb.ResponseHeader, kv *mvccpb.KeyValue) bool {
+		if last != nil && string(last.Key) == string(kv.Key) && last.CreateRevision == kv.CreateRevision && last.ModRevision == kv.ModRevision {
+			return true // read again after a failure
+		}
+		select {
+		case ch <- &clientv3.GetResponse{Header: hdr, Kvs: []*mvccpb.KeyValue{kv}}:
+			last = kv
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		resp, err := client.Get(ctx, e.pfx, clientv3.WithFirstCreate()...)
+		if err == nil {
+			rev := resp.Header.Revision
+			if len(resp.Kvs) == 0 {
+				// No leader: wait for the first candidate, then read which
+				// key leads (several may have come at once).
+				err = watchUntil(ctx, client, e.pfx, func(wr clientv3.WatchResponse) (bool, error) {
+					return len(wr.Events) > 0, nil
+				}, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(rev+1))
+			} else {
+				// The oldest key leads until it is deleted: no key created
+				// later can be older. Post its values until then.
+				kv := resp.Kvs[0]
+				if !post(resp.Header, kv) {
+					return
+				}
+				err = watchUntil(ctx, client, string(kv.Key), func(wr clientv3.WatchResponse) (bool, error) {
+					for _, ev := range wr.Events {
+						if ev.Type == mvccpb.DELETE {
+							return true, nil
+						}
+						// The header of a read at the revision that wrote the
+						// value, not the watch response's, which may be later.
+						h := &pb.ResponseHeader{ClusterId: wr.Header.ClusterId, MemberId: wr.Header.MemberId, Revision: ev.Kv.ModRevision, RaftTerm: wr.Header.RaftTerm}
+						if !post(h, ev.Kv) {
+							return true, nil
+						}
+					}
+					return false, nil
+				}, clientv3.WithRev(rev+1))
+			}
+		}
+		if ctx.Err() != nil || client.Ctx().Err() != nil {
+			return
+		}
+		// After compaction the read is enough; after other failures, wait
+		// before trying again.
+		if err != nil && !errors.Is(err, rpctypes.ErrCompacted) && !sleepCtx(ctx, retryInterval) {
+			return
+		}
+	}
+}
+
+// Key returns the leader key while the Election is the leader or Campaign
+// waits, and "" otherwise.
+func (e *Election) Key() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leaderKey
+}
+
+// Rev returns the create revision of the leader key while the Election is
+// the leader, and 0 otherwise. It is a fencing token, as Mutex.Token is:
+// it strictly increases from one leader of an election to the next,
+// whether the leaders use this package, etcd's or `etcdctl elect`. (etcd's
+// Rev was also set while Campaign waited, and after Resign; a resource that
+// accepted it as a token would then refuse the real leader.)
+func (e *Election) Rev() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.leader {
+		return 0
+	}
+	return e.rev
+}
+
+// Header is the response header of the read that showed this Election the
+// leader or of its last Proclaim, whichever came last, or nil before
+// either.
+func (e *Election) Header() *pb.ResponseHeader {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.hdr
+}
+
+// Ctx returns a context for the current leadership. It is cancelled as
+// soon as the leadership ends or may have ended: Resign (cause
+// ErrLockReleased, the cause Mutex.Unlock gives), deletion of the leader
+// key by anyone, including the server when the lease is revoked or expires
+// (ErrLockLost), or the end of the session, including its conservative
+// deadline passing without a renewal (ErrSessionExpired). context.Cause
+// tells which. When the Election is not the leader it returns an already
+// cancelled context.
+//
+// The first call during a leadership starts a watch on the leader key,
+// which the leadership's end stops; a program that never calls Ctx pays
+// nothing for it.
+func (e *Election) Ctx() context.Context {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return holdContext(e.hold, e.leader)
+}
+
+// Txn returns a transaction that commits only while this Election is the
+// leader, as Mutex.Txn does for a hold: its If, Then and Else run as usual
+// inside a transaction that first checks that the leader key still has the
+// create revision it won with. If the leadership is gone when it reaches
+// etcd, or the Election was not the leader when Txn was called, Commit
+// returns an error matching ErrLockLost and nothing is written. The guard
+// is fixed when Txn is called.
+func (e *Election) Txn(ctx context.Context) clientv3.Txn {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return newGuardedTxn(ctx, e.s, e.leaderKey, e.rev, e.leader)
+}
+
+// Do campaigns with val, runs fn as the leader with a context that ends
+// when ctx ends or the leadership does, and resigns. The resignation uses a
+// fresh context bounded by cleanupTimeout, so it runs even if ctx has
+// ended. Do returns Campaign's error if it did not win; otherwise fn's
+// error, joined with an error matching ErrLockLost or ErrSessionExpired if
+// the leadership ended before fn returned and with Resign's error if it
+// failed.
+func (e *Election) Do(ctx context.Context, val string, fn func(ctx context.Context) error) error {
+	if err := e.Campaign(ctx, val); err != nil {
+		return err
+	}
+	return runHold(ctx, e.Ctx(), fn, e.Resign)
+}
