@@ -1,0 +1,120 @@
+package main
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Bad flags, arguments and variables exit 2 with a message that says what
+// is wrong, before talking to etcd.
+func TestBadInput(t *testing.T) {
+	begin(t)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"lock without a name", nil, []string{"lock"}, "requires at least 1 arg"},
+		{"lock with an empty name", nil, []string{"lock", "", "--", "true"}, "lock NAME must not be empty"},
+		{"lock with two names", nil, []string{"lock", "a", "b", "--", "true"}, "lock takes one NAME before --"},
+		{"lock with nothing before --", nil, []string{"lock", "--", "true"}, "lock needs a NAME before --"},
+		{"zero TTL", nil, []string{"lock", "--ttl", "0", "x"}, "--ttl 0: concurrency: TTL must be positive"},
+		{"--try and --timeout", nil, []string{"lock", "--try", "--timeout", "1s", "x"}, "--try and --timeout cannot be used together"},
+		{"negative --kill-grace", nil, []string{"lock", "--kill-grace", "-1s", "x"}, "--kill-grace must not be negative"},
+		{"unknown flag", nil, []string{"lock", "--bogus", "x"}, "unknown flag: --bogus"},
+		{"unknown command", nil, []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"bad duration", nil, []string{"--dial-timeout", "soon", "inspect", "x"}, `invalid argument "soon"`},
+		{"zero command timeout", nil, []string{"--command-timeout", "0s", "inspect", "x"}, "--command-timeout must be positive"},
+		{"bad variable", []string{"ETCDCTL_DIAL_TIMEOUT=soon"}, []string{"inspect", "x"}, `invalid ETCDCTL_DIAL_TIMEOUT="soon"`},
+		{"empty endpoints", []string{"ETCDCTL_ENDPOINTS="}, []string{"inspect", "x"}, "no endpoints"},
+		{"user without password", nil, []string{"--user", "alice", "inspect", "x"}, "--user alice needs a password"},
+		{"password twice", nil, []string{"--user", "alice:a", "--password", "b", "inspect", "x"}, "the password is given twice"},
+		{"password without user", nil, []string{"--password", "b", "inspect", "x"}, "--password needs --user"},
+		{"cert without key", nil, []string{"--cert", "c.pem", "inspect", "x"}, "--cert and --key go together"},
+		{"missing CA file", nil, []string{"--cacert", "/nonexistent/ca.pem", "inspect", "x"}, "TLS files"},
+		{"inspect without a name", nil, []string{"inspect"}, "accepts 1 arg"},
+		{"force-unlock without --key", nil, []string{"force-unlock", "x"}, "force-unlock needs --key"},
+		{"elect without a proposal", nil, []string{"elect", "x"}, "elect needs a PROPOSAL"},
+		{"elect --listen with a proposal", nil, []string{"elect", "--listen", "x", "p"}, "elect --listen takes no PROPOSAL"},
+		{"demo without workers", nil, []string{"demo", "--workers", "0"}, "--workers must be at least 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t0 := time.Now()
+			_, stderr := expectRun(t, 10*time.Second, exitUsage, tc.env, tc.args, "etcdlock: "+tc.want, "--help")
+			if strings.Count(stderr, tc.want) != 1 {
+				t.Errorf("message printed more than once:\n%s", stderr)
+			}
+			if took := time.Since(t0); took > 5*time.Second {
+				t.Errorf("took %v to reject bad input", took)
+			}
+		})
+	}
+}
+
+// An endpoint that refuses connections, or accepts them and never
+// answers, fails every command within the dial timeout with exit 120 and
+// a message that names the endpoint.
+func TestUnreachable(t *testing.T) {
+	begin(t)
+	// A port that was just free, and a listener that never accepts: the
+	// kernel completes the TCP handshake, but nothing answers.
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := free.Addr().String()
+	free.Close()
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() }) // after the parallel subtests
+
+	for ep, why := range map[string]string{refused: "connection refused", silent.Addr().String(): ""} {
+		for _, args := range [][]string{
+			{"lock", "x", "--", "true"},
+			{"lock", "--try", "x"},
+			{"inspect", "x"},
+			{"force-unlock", "x", "--key", "x/1"},
+			{"elect", "x", "p"},
+			{"elect", "--listen", "x"},
+			{"demo"},
+		} {
+			t.Run(ep+" "+strings.ReplaceAll(strings.Join(args, " "), "/", "_"), func(t *testing.T) {
+				t.Parallel()
+				t0 := time.Now()
+				expectRun(t, 10*time.Second, exitUnreachable, nil, append([]string{"--endpoints", ep, "--dial-timeout", "1s"}, args...),
+					"cannot reach etcd at "+ep, "--dial-timeout 1s", why)
+				if took := time.Since(t0); took > 5*time.Second {
+					t.Errorf("gave up after %v with --dial-timeout 1s", took)
+				}
+			})
+		}
+	}
+}
+
+// --help documents the commands, the environment variables and every exit
+// code.
+func TestHelp(t *testing.T) {
+	begin(t)
+	out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"--help"})
+	for _, want := range []string{
+		"lock", "elect", "inspect", "force-unlock", "demo",
+		"ETCDCTL_ENDPOINTS", "ETCDCTL_DIAL_TIMEOUT", "ETCDCTL_COMMAND_TIMEOUT", "ETCDCTL_CACERT", "ETCDCTL_CERT",
+		"ETCDCTL_KEY", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY", "ETCDCTL_USER", "ETCDCTL_PASSWORD",
+		"120", "121", "122", "123", "124", "125", "126", "127", "128+N", "*/10 * * * *",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("etcdlock --help does not mention %q", want)
+		}
+	}
+	out, _ = expectRun(t, 10*time.Second, 0, nil, []string{"lock", "--help"})
+	for _, want := range []string{"ETCD_LOCK_KEY", "ETCD_LOCK_REV", "--kill-grace", "--try", "--timeout", "--ttl", "122", "123", "124", "SIGKILL"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("etcdlock lock --help does not mention %q", want)
+		}
+	}
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func newInspectCommand(conn *connFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "inspect [--json] NAME",
+		Short: "Show the holder of a lock and its waiters in queue order",
+		Long: `Show the holder of the lock NAME and its waiters in queue order, with each
+key, lease ID, lease TTL left, create revision (the holder's fencing token),
+and how long each has waited and held. etcd keeps no time with a key: times
+come from the record 'etcdlock lock' writes into its key (on the clock of
+its host), and are "-" for keys of other clients (etcdctl, libraries).
+
+--json prints one object for scripts:
+  {"name", "prefix", "revision", "holder": ENTRY or null, "waiters": [ENTRY...]}
+  ENTRY: {"key", "lease" (hex), "ttl_seconds" (-1: lease gone), "create_revision",
+          "position" (0: holder, 1: next waiter...), "value" (if not etcdlock's),
+          "host", "pid", "waiting_since", "held_since", "waited_seconds", "held_seconds"}
+The fields from etcdlock's record are absent for other clients' keys.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] == "" {
+				return usagef("inspect NAME must not be empty")
+			}
+			ctx, stop := withSignals()
+			defer stop()
+			cli, err := conn.connect(ctx, lockPrefix(args[0]))
+			if err != nil {
+				return orInterrupted(ctx, "", err)
+			}
+			defer cli.Close()
+			st, err := inspect(ctx, conn, cli, args[0])
+			if err != nil {
+				return orInterrupted(ctx, "", err)
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			st.print(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// lockState is what inspect shows, and its JSON form.
+type lockState struct {
+	Name     string        `json:"name"`
+	Prefix   string        `json:"prefix"`
+	Revision int64         `json:"revision"`
+	Holder   *entryState   `json:"holder"`
+	Waiters  []*entryState `json:"waiters"`
+}
+
+type entryState struct {
+	Key            string     `json:"key"`
+	Lease          string     `json:"lease"`
+	TTL            int64      `json:"ttl_seconds"`
+	CreateRevision int64      `json:"create_revision"`
+	Position       int        `json:"position"`
+	Value          string     `json:"value,omitempty"`
+	Host           string     `json:"host,omitempty"`
+	PID            int        `json:"pid,omitempty"`
+	WaitingSince   *time.Time `json:"waiting_since,omitempty"`
+	HeldSince      *time.Time `json:"held_since,omitempty"`
+	Waited         *float64   `json:"waited_seconds,omitempty"`
+	Held           *float64   `json:"held_seconds,omitempty"`
+}
+
+// inspect reads the queue of lock name and the TTL left of each lease.
+func inspect(ctx context.Context, conn *connFlags, cli *clientv3.Client, name string) (*lockState, error) {
+	rctx, cancel := conn.requestCtx(ctx)
+	defer cancel()
+	q, rev, err := readQueue(rctx, cli, name)
+	if err != nil {
+		return nil, fmt.Errorf("reading lock %q: %w", name, err)
+	}
+	now := time.Now()
+	st := &lockState{Name: name, Prefix: lockPrefix(name), Revision: rev, Waiters: []*entryState{}}
+	for i, e := range q {
+		es := &entryState{Key: e.Key, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: -1, CreateRevision: e.Rev, Position: i}
+		if e.Lease != clientv3.NoLease {
+			ttl, err := cli.TimeToLive(rctx, e.Lease)
+			if err != nil {
+				return nil, fmt.Errorf("reading lease %x: %w", int64(e.Lease), err)
+			}
+			es.TTL = ttl.TTL
+		}
+		if m := e.Meta; m != nil {
+			es.Host, es.PID, es.WaitingSince = m.Host, m.PID, &m.WaitingSince
+			if !m.HeldSince.IsZero() {
+				es.HeldSince = &m.HeldSince
+			}
+		} else {
+			es.Value = e.Value
+		}
+		if d, ok := e.waited(now); ok {
+			es.Waited = seconds(d)
+		}
+		if d, ok := e.held(now); ok {
+			es.Held = seconds(d)
+		}
+		if i == 0 {
+			st.Holder = es
+		} else {
+			st.Waiters = append(st.Waiters, es)
+		}
+	}
+	return st, nil
+}
+
+func seconds(d time.Duration) *float64 {
+	s := d.Round(time.Millisecond).Seconds()
+	return &s
+}
+
+func (st *lockState) print(w io.Writer) {
+	if st.Holder == nil {
+		fmt.Fprintf(w, "lock %q is free (revision %d)\n", st.Name, st.Revision)
+		return
+	}
+	fmt.Fprintf(w, "lock %q is held, %d waiting (revision %d)\n", st.Name, len(st.Waiters), st.Revision)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POSITION\tKEY\tLEASE\tTTL\tCREATE-REV\tWAITED\tHELD\tPID\tHOST")
+	for _, e := range append([]*entryState{st.Holder}, st.Waiters...) {
+		pos := "holder"
+		if e.Position > 0 {
+			pos = fmt.Sprint(e.Position)
+		}
+		ttl := "gone"
+		if e.TTL >= 0 {
+			ttl = fmt.Sprintf("%ds", e.TTL)
+		}
+		pid := "-"
+		if e.PID != 0 {
+			pid = fmt.Sprint(e.PID)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
+			pos, e.Key, e.Lease, ttl, e.CreateRevision, age(e.Waited), age(e.Held), pid, orDash(e.Host))
+	}
+	tw.Flush()
+}
+
+func age(s *float64) string {
+	if s == nil {
+		return "-"
+	}
+	return roundAge(time.Duration(*s * float64(time.Second))).String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// lockPrefix is the prefix of a lock's keys, as the concurrency package
+// builds it: the name followed by "/", even if the name ends in "/".
+func lockPrefix(name string) string { return name + "/" }
+
+// entry is one key in a lock's queue: the holder or a waiter.
+type entry struct {
+	Key   string
+	Lease clientv3.LeaseID
+	Rev   int64 // create revision: the order in the queue, and the holder's fencing token
+	Value string
+	Meta  *meta // nil unless the key was written by etcdlock lock
+}
+
+// meta is what `etcdlock lock` writes into the value of its own lock key,
+// so that inspect and waiting messages can say who holds or waits and
+// since when: etcd keeps no time with a key. The times are on the clock of
+// the host that wrote them. Keys written by etcd's package, etcdctl or this
+// module's library have an empty value, and inspect shows "-" for them.
+// The lock itself never reads the value: every client ignores it.
+type meta struct {
+	Host         string    `json:"host,omitempty"`
+	PID          int       `json:"pid,omitempty"`
+	WaitingSince time.Time `json:"waiting_since"`
+	HeldSince    time.Time `json:"held_since,omitzero"`
+}
+
+// newMeta describes this process, waiting since since.
+func newMeta(since time.Time) meta {
+	host, _ := os.Hostname()
+	return meta{Host: host, PID: os.Getpid(), WaitingSince: since.UTC()}
+}
+
+func parseMeta(v []byte) *meta {
+	var m meta
+	if len(v) == 0 || v[0] != '{' || json.Unmarshal(v, &m) != nil || m.WaitingSince.IsZero() {
+		return nil
+	}
+	return &m
+}
+
+// readQueue returns the keys of lock name in queue order (the holder first)
+// and the revision they were read at.
+func readQueue(ctx context.Context, cli *clientv3.Client, name string) ([]entry, int64, error) {
+	resp, err := cli.Get(ctx, lockPrefix(name), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, 0, err
+	}
+	q := make([]entry, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		q = append(q, entry{
+			Key:   string(kv.Key),
+			Lease: clientv3.LeaseID(kv.Lease),
+			Rev:   kv.CreateRevision,
+			Value: string(kv.Value),
+			Meta:  parseMeta(kv.Value),
+		})
+	}
+	return q, resp.Header.Revision, nil
+}
+
+// annotate writes m into key if key still has create revision rev, keeping
+// its lease. A key that is gone or newer is left alone.
+func annotate(ctx context.Context, cli *clientv3.Client, key string, rev int64, m meta) error {
+	v, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, string(v), clientv3.WithIgnoreLease())).
+		Commit()
+	return err
+}
+
+// describe says who e is, for messages: its key, lease, and what its
+// metadata tells, as of now.
+func (e entry) describe(now time.Time) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (lease %x", e.Key, int64(e.Lease))
+	if m := e.Meta; m != nil {
+		if m.PID != 0 {
+			fmt.Fprintf(&b, ", pid %d", m.PID)
+		}
+		if m.Host != "" {
+			fmt.Fprintf(&b, " on %s", m.Host)
+		}
+		if !m.HeldSince.IsZero() {
+			fmt.Fprintf(&b, ", held %s", roundAge(now.Sub(m.HeldSince)))
+		}
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// waited is how long e waited for the lock: until it acquired it, or until
+// now if it is still waiting. ok is false without metadata.
+func (e entry) waited(now time.Time) (d time.Duration, ok bool) {
+	if e.Meta == nil {
+		return 0, false
+	}
+	end := now
+	if !e.Meta.HeldSince.IsZero() {
+		end = e.Meta.HeldSince
+	}
+	return max(end.Sub(e.Meta.WaitingSince), 0), true
+}
+
+// held is how long e has held the lock. ok is false without metadata or if
+// e's metadata does not say it acquired the lock.
+func (e entry) held(now time.Time) (d time.Duration, ok bool) {
+	if e.Meta == nil || e.Meta.HeldSince.IsZero() {
+		return 0, false
+	}
+	return max(now.Sub(e.Meta.HeldSince), 0), true
+}
+
+// roundAge rounds a duration for people: milliseconds under a second,
+// tenths under a minute, seconds above.
+func roundAge(d time.Duration) time.Duration {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond)
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
+// find returns the position of key in q, or -1.
+func find(q []entry, key string) int {
+	for i, e := range q {
+		if e.Key == key {
+			return i
+		}
+	}
+	return -1
+}
