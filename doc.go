@@ -45,7 +45,10 @@
 // (#18082); a wait survives compaction; a Mutex is safe for concurrent use;
 // WithLease on a missing lease is an error; IsOwner does not hold while Lock
 // waits (#12017); WithTTL(n) with n <= 0 is an error rather than silently
-// the default. Lock hands the lock from one holder to the next in about the
-// time of one delete and one read, where etcd's package often waited for
-// its server's 100 ms watch resync.
+// the default. An Election's fixes are listed on its type. A session that
+// has ended (orphaned, closed, expired) refuses Lock and Campaign with
+// ErrSessionExpired, where etcd's let them write keys on a lease nobody
+// renews. Lock hands the lock from one holder to the next in about the time
+// of one delete and one read, where etcd's package often waited for its
+// server's 100 ms watch resync.
 package concurrency
