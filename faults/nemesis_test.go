@@ -1,0 +1,360 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// fault is one kind of fault: inject applies it, holds it for its
+// duration, heals it, and says what it did. It returns an error only when
+// the harness failed (the cluster did not recover), not when clients did.
+type fault struct {
+	name   string
+	inject func(ctx context.Context, r *run, n int) (string, error)
+	// length is about how long inject takes, to leave the calm end of the
+	// run without faults.
+	length func(r *run) time.Duration
+}
+
+func secs(n int) func(*run) time.Duration {
+	return func(*run) time.Duration { return time.Duration(n) * time.Second }
+}
+
+func ttlPlus(n int) func(*run) time.Duration {
+	return func(r *run) time.Duration { return time.Duration(r.cfg.ttl+n) * time.Second }
+}
+
+// allFaults are the kinds of issue 6, in the order the nemesis cycles
+// through them.
+var allFaults = []fault{
+	{"kill -9 leader + restart", killMember(true), secs(6)},
+	{"kill -9 follower + restart", killMember(false), secs(6)},
+	{"SIGSTOP/SIGCONT member", pauseMember, secs(6)},
+	{"proxy delay 250 ms", proxyFault("delay"), secs(5)},
+	{"proxy drop connections", proxyFault("drop"), secs(4)},
+	{"proxy blackhole (client partitioned > TTL)", proxyFault("blackhole"), ttlPlus(3)},
+	{"SIGSTOP client process > TTL", pauseClient, ttlPlus(3)},
+	{"lease revoke from outside", revokeLease, secs(1)},
+	{"compaction + defrag with waiters", compactDefrag, secs(4)},
+	{"full cluster restart", restartCluster, secs(12)},
+}
+
+// injection is one fault injected.
+type injection struct {
+	kind, what string
+	start, end time.Time
+	err        error
+}
+
+// nemesis injects faults one after the other until its end time.
+type nemesis struct {
+	r      *run
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex // guards injected
+	injected []injection
+}
+
+// startNemesis cycles through r.cfg.faults from start+warmup until calm
+// before the end of the run, with a pause between faults for the cluster
+// and clients to settle.
+func startNemesis(r *run, start time.Time, warmup, calm time.Duration) *nemesis {
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &nemesis{r: r, cancel: cancel, done: make(chan struct{})}
+	end := start.Add(r.cfg.duration - calm)
+	r.t.Cleanup(n.stop) // also when the test fails before finish stops it
+	go func() {
+		defer close(n.done)
+		if !sleepCtx(ctx, time.Until(start.Add(warmup))) {
+			return
+		}
+		for i := 0; ctx.Err() == nil; i++ {
+			f := r.cfg.faults[i%len(r.cfg.faults)]
+			if time.Now().Add(f.length(r)).After(end) {
+				return
+			}
+			in := injection{kind: f.name, start: time.Now()}
+			in.what, in.err = f.inject(ctx, r, i/len(r.cfg.faults))
+			in.end = time.Now()
+			n.mu.Lock()
+			n.injected = append(n.injected, in)
+			n.mu.Unlock()
+			if in.err != nil {
+				r.t.Errorf("nemesis: %s (%s): %v", in.kind, in.what, in.err)
+				return
+			}
+			// Let the cluster settle: every member healthy, then a moment
+			// for the clients to queue again.
+			hctx, hcancel := context.WithTimeout(ctx, 2*time.Minute)
+			err := r.clus.WaitHealthy(hctx)
+			hcancel()
+			if err != nil && ctx.Err() == nil {
+				r.t.Errorf("nemesis: cluster did not recover after %s: %v", in.kind, err)
+				return
+			}
+			if !sleepCtx(ctx, time.Second) {
+				return
+			}
+		}
+	}()
+	return n
+}
+
+// stop ends the nemesis and waits for it; a fault in progress is healed
+// first, since every inject heals before returning.
+func (n *nemesis) stop() {
+	n.cancel()
+	<-n.done
+}
+
+func (n *nemesis) log() []injection {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]injection(nil), n.injected...)
+}
+
+// counts returns the faults injected successfully, by kind.
+func (n *nemesis) counts() map[string]int {
+	c := map[string]int{}
+	for _, in := range n.log() {
+		if in.err == nil {
+			c[in.kind]++
+		}
+	}
+	return c
+}
+
+// sleepCtx waits for d, or for ctx to end; it reports whether d passed.
+// The nemesis holds each fault for a time: that is what a fault is, not a
+// guess at when something happened.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// hold keeps a fault for d. The fault is healed even if the run ends
+// meanwhile: callers heal after hold returns, whatever it returns.
+func hold(ctx context.Context, d time.Duration) { sleepCtx(ctx, d) }
+
+// leader waits up to 20 seconds for the cluster to agree on a leader.
+func (r *run) leader(ctx context.Context) (int, error) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if l := r.clus.Leader(ctx, r.ctl); l >= 0 {
+			return l, nil
+		}
+		if time.Now().After(deadline) || !sleepCtx(ctx, 100*time.Millisecond) {
+			return -1, fmt.Errorf("no leader")
+		}
+	}
+}
+
+func killMember(leader bool) func(context.Context, *run, int) (string, error) {
+	return func(ctx context.Context, r *run, _ int) (string, error) {
+		l, err := r.leader(ctx)
+		if err != nil {
+			return "", err
+		}
+		i := l
+		if !leader {
+			i = (l + 1 + rand.IntN(len(r.clus.Members)-1)) % len(r.clus.Members)
+		}
+		m := r.clus.Members[i]
+		m.Kill()
+		hold(ctx, 2*time.Second)
+		return fmt.Sprintf("%s (leader %v)", m.Name, i == l), m.Restart()
+	}
+}
+
+// pauseMember stops the leader and a follower in turn for 3 seconds: long
+// enough for the others to elect a new leader while the old one, frozen,
+// still believes it leads.
+func pauseMember(ctx context.Context, r *run, round int) (string, error) {
+	l, err := r.leader(ctx)
+	if err != nil {
+		return "", err
+	}
+	i := l
+	if round%2 == 1 {
+		i = (l + 1) % len(r.clus.Members)
+	}
+	m := r.clus.Members[i]
+	m.Pause()
+	hold(ctx, 3*time.Second)
+	m.Resume()
+	return fmt.Sprintf("%s (leader %v)", m.Name, i == l), nil
+}
+
+// proxyFault cuts one client process off from every member: a holder's
+// process when there is one, so that the fault hits a hold.
+func proxyFault(kind string) func(context.Context, *run, int) (string, error) {
+	return func(ctx context.Context, r *run, round int) (string, error) {
+		p, wl := r.holderProc(ctx, round, "txn")
+		pxs := r.proxies[p]
+		d := 0 * time.Second
+		for _, px := range pxs {
+			switch kind {
+			case "delay":
+				px.Delay(250 * time.Millisecond)
+				d = 4 * time.Second
+			case "drop":
+				px.Drop()
+				d = 3 * time.Second
+			case "blackhole":
+				px.Blackhole()
+				d = time.Duration(r.cfg.ttl+2) * time.Second
+			}
+		}
+		hold(ctx, d)
+		for _, px := range pxs {
+			px.Heal()
+		}
+		return fmt.Sprintf("worker %d (%s) for %v", p, wl, d), nil
+	}
+}
+
+// pauseClient freezes a holder's process for longer than its TTL: its
+// lease expires, another client takes the lock, and the frozen holder
+// wakes up still believing it holds.
+func pauseClient(ctx context.Context, r *run, round int) (string, error) {
+	// The unguarded control first: its holder, frozen mid-hold, is what
+	// the overlap count measures.
+	p, wl := r.holderProc(ctx, round, "unguarded")
+	w := r.workers[p]
+	d := time.Duration(r.cfg.ttl+2) * time.Second
+	w.signal(syscall.SIGSTOP)
+	hold(ctx, d)
+	w.signal(syscall.SIGCONT)
+	return fmt.Sprintf("worker %d (%s) for %v", p, wl, d), nil
+}
+
+// revokeLease revokes a holder's lease, as an operator or another program
+// might.
+func revokeLease(ctx context.Context, r *run, round int) (string, error) {
+	wl := r.rotate(round, "fence")
+	kv := r.holder(ctx, wl)
+	if kv == nil {
+		return "no holder", nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := r.ctl.Revoke(rctx, clientv3.LeaseID(kv.Lease))
+	return fmt.Sprintf("lease %x of %s holder (%v)", kv.Lease, wl, err), nil
+}
+
+// compactDefrag compacts the keyspace while clients wait in the queues,
+// up to what the checker's watch has already seen, and defragments every
+// member.
+func compactDefrag(ctx context.Context, r *run, _ int) (string, error) {
+	// Wait, briefly, for a queue with waiters: a holder and one behind it.
+	waiters := false
+	for deadline := time.Now().Add(3 * time.Second); !waiters && time.Now().Before(deadline); {
+		for _, wl := range r.cfg.workloads {
+			gctx, cancel := context.WithTimeout(ctx, time.Second)
+			resp, err := r.ctl.Get(gctx, r.pfx+"/lock/"+wl+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			cancel()
+			if err == nil && resp.Count >= 2 {
+				waiters = true
+			}
+		}
+		if !waiters && !sleepCtx(ctx, 50*time.Millisecond) {
+			break
+		}
+	}
+	rev := r.watch.safeCompactRev()
+	if rev <= 1 {
+		return "nothing to compact", nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := r.ctl.Compact(cctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		return fmt.Sprintf("compact %d: %v", rev, err), nil
+	}
+	var errs []error
+	for _, m := range r.clus.Members {
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := r.ctl.Defragment(dctx, m.ClientURL)
+		dcancel()
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return fmt.Sprintf("compacted to %d with waiters=%v, defragmented (errors: %v)", rev, waiters, errs), nil
+}
+
+// restartCluster stops every member at once, with SIGTERM and SIGKILL in
+// turn, and starts them all again.
+func restartCluster(ctx context.Context, r *run, round int) (string, error) {
+	how := "SIGKILL"
+	if round%2 == 0 {
+		how = fmt.Sprintf("SIGTERM (%d killed after 10 s)", r.clus.StopAll())
+	} else {
+		for _, m := range r.clus.Members {
+			m.Kill()
+		}
+	}
+	hold(ctx, time.Second)
+	for _, m := range r.clus.Members {
+		if err := m.Restart(); err != nil {
+			return how, err
+		}
+	}
+	return how, nil
+}
+
+// holder returns the key that holds workload wl's lock, or nil.
+func (r *run) holder(ctx context.Context, wl string) *mvccKV {
+	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := r.ctl.Get(gctx, r.pfx+"/lock/"+wl+"/", clientv3.WithFirstCreate()...)
+	if err != nil || len(resp.Kvs) == 0 {
+		return nil
+	}
+	return &mvccKV{Key: string(resp.Kvs[0].Key), Lease: resp.Kvs[0].Lease}
+}
+
+type mvccKV struct {
+	Key   string
+	Lease int64
+}
+
+// rotate returns the workload that round targets: every workload in turn,
+// starting from first if the run has it.
+func (r *run) rotate(round int, first string) string {
+	start := max(0, slices.Index(r.cfg.workloads, first))
+	return r.cfg.workloads[(start+round)%len(r.cfg.workloads)]
+}
+
+// holderProc returns the process of the holder of a workload's lock, found
+// through the registry the workers keep, or a random process. The
+// workload changes with round (see rotate), so that every workload's
+// holder is hit in turn; it also says whose process it found.
+func (r *run) holderProc(ctx context.Context, round int, first string) (int, string) {
+	wl := r.rotate(round, first)
+	if kv := r.holder(ctx, wl); kv != nil {
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		resp, err := r.ctl.Get(gctx, fmt.Sprintf("%s/reg/%x", r.pfx, kv.Lease))
+		if err == nil && len(resp.Kvs) == 1 {
+			if p, err := strconv.Atoi(string(resp.Kvs[0].Value)); err == nil && p >= 0 && p < len(r.workers) {
+				return p, wl + " holder"
+			}
+		}
+	}
+	return rand.IntN(len(r.workers)), "no " + wl + " holder found"
+}

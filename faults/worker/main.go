@@ -1,0 +1,479 @@
+// Command worker is one client process of the fault tests in package
+// faults: it runs lock and election workloads with this module's
+// concurrency package against an etcd cluster for a fixed time, and writes
+// what it did, with etcd revisions and fencing tokens, as a history of JSON
+// lines (see internal/historycheck). The test starts several of them, and
+// pauses, partitions and resumes them.
+//
+// Every loop is bounded by -duration; after it, calls still running get
+// -grace to return, after which the process records them as stuck and
+// exits with status 3. It exits with status 0 once it has closed its
+// sessions and client and checked that no goroutine of the library is left.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/seed-a9d410c6/concurrency"
+	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+)
+
+var (
+	endpoints = flag.String("endpoints", "", "comma-separated etcd client URLs")
+	proc      = flag.Int("proc", 0, "number of this process among the workers")
+	pfx       = flag.String("pfx", "/faults", "key prefix of the run")
+	workloads = flag.String("workloads", "txn,fence,unguarded,election", "workloads to run")
+	clients   = flag.Int("clients", 2, "clients (each with its own session) per workload")
+	ttl       = flag.Int("ttl", 3, "session TTL in seconds")
+	duration  = flag.Duration("duration", 30*time.Second, "how long to run")
+	grace     = flag.Duration("grace", 30*time.Second, "how long calls may take to return after the run")
+	work      = flag.Duration("work", 10*time.Millisecond, "time a holder spends between its read and its write")
+	store     = flag.String("store", "", "unix socket of the external store")
+	out       = flag.String("out", "", "history file to write")
+)
+
+func main() {
+	flag.Parse()
+	os.Exit(run())
+}
+
+// Keys of the run, under -pfx. The test reads the same names.
+func lockName(wl string) string { return *pfx + "/lock/" + wl }
+func counterKey() string        { return *pfx + "/counter" }
+func opKey(id string) string    { return *pfx + "/ops/" + id }
+func regKey(id clientv3.LeaseID) string {
+	return fmt.Sprintf("%s/reg/%x", *pfx, int64(id))
+}
+
+func run() int {
+	f, err := os.Create(*out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer f.Close()
+	h := hc.NewWriter(f)
+	defer h.Flush()
+
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            strings.Split(*endpoints, ","),
+		DialTimeout:          2 * time.Second,
+		DialKeepAliveTime:    time.Second,
+		DialKeepAliveTimeout: time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	w := &worker{cli: cli, h: h, st: newStoreClient(*store)}
+
+	// runCtx ends the workloads; lifeCtx bounds the sessions and their
+	// final revokes, so that Close still revokes after the run.
+	runCtx, cancelRun := context.WithTimeout(context.Background(), *duration)
+	defer cancelRun()
+	lifeCtx, cancelLife := context.WithTimeout(context.Background(), *duration+*grace)
+	defer cancelLife()
+	w.run, w.life = runCtx, lifeCtx
+
+	var wg sync.WaitGroup
+	for _, wl := range strings.Split(*workloads, ",") {
+		for g := 0; g < *clients; g++ {
+			c := &client{worker: w, wl: wl, name: fmt.Sprintf("p%d.%s.%d", *proc, wl, g)}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.loop()
+			}()
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	status := 0
+	select {
+	case <-done:
+	case <-lifeCtx.Done():
+		buf := make([]byte, 1<<20)
+		n := runtime.Stack(buf, true)
+		h.Record(hc.Op{Type: hc.Info, F: hc.FStuck, Proc: *proc, Client: fmt.Sprintf("p%d", *proc),
+			Err: fmt.Sprintf("clients still running %v after the run ended", *grace)})
+		os.Stderr.Write(buf[:n])
+		h.Flush()
+		return 3
+	}
+	cli.Close()
+	w.st.close()
+	if leaked := leaks(5 * time.Second); leaked != "" {
+		h.Record(hc.Op{Type: hc.Info, F: hc.FLeak, Proc: *proc, Client: fmt.Sprintf("p%d", *proc), Err: leaked})
+		status = 4
+	}
+	h.Record(hc.Op{Type: hc.OK, F: hc.FExit, Proc: *proc, Client: fmt.Sprintf("p%d", *proc)})
+	if err := h.Flush(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	return status
+}
+
+type worker struct {
+	cli       *clientv3.Client
+	h         *hc.Writer
+	st        *storeClient
+	run, life context.Context
+}
+
+// client is one logical client: a goroutine with its own session, which
+// runs one workload in a loop.
+type client struct {
+	*worker
+	wl   string
+	name string
+	sess *concurrency.Session
+	seq  int
+}
+
+func (c *client) rec(op hc.Op) {
+	op.Workload, op.Proc, op.Client = c.wl, *proc, c.name
+	c.h.Record(op)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// session returns a live session, replacing one that has ended; nil once
+// the run is over.
+func (c *client) session() *concurrency.Session {
+	if c.sess != nil && c.sess.Ctx().Err() == nil {
+		return c.sess
+	}
+	c.closeSession()
+	for c.run.Err() == nil {
+		c.rec(hc.Op{Type: hc.Invoke, F: hc.FSession})
+		// NewSession's grant is bounded by the session's own context: the
+		// process's life, not the run, so that Close can revoke after it.
+		s, err := concurrency.NewSession(c.cli, concurrency.WithTTL(*ttl), concurrency.WithContext(c.life))
+		if err != nil {
+			c.rec(hc.Op{Type: hc.Fail, F: hc.FSession, Err: errText(err)})
+			sleep(c.run, 200*time.Millisecond)
+			continue
+		}
+		c.rec(hc.Op{Type: hc.OK, F: hc.FSession, Lease: int64(s.Lease())})
+		// The registry tells the test which process holds a lease, so that
+		// it can pause a holder. It is best-effort: a put that fails only
+		// makes that holder harder to find.
+		ctx, cancel := context.WithTimeout(c.run, 2*time.Second)
+		c.cli.Put(ctx, regKey(s.Lease()), strconv.Itoa(*proc), clientv3.WithLease(s.Lease()))
+		cancel()
+		c.sess = s
+		return s
+	}
+	return nil
+}
+
+// closeSession revokes the session's lease, so that its keys go at once.
+func (c *client) closeSession() {
+	if c.sess == nil {
+		return
+	}
+	c.sess.Close()
+	c.sess = nil
+}
+
+func (c *client) loop() {
+	defer c.closeSession()
+	for c.run.Err() == nil {
+		s := c.session()
+		if s == nil {
+			return
+		}
+		var err error
+		if c.wl == "election" {
+			err = c.elect(s)
+		} else {
+			err = c.lock(s)
+		}
+		if err != nil {
+			// Errors are in the history; back off a little so that an
+			// unreachable cluster is not hammered.
+			sleep(c.run, 50*time.Millisecond)
+		}
+	}
+}
+
+const (
+	lockTimeout = 30 * time.Second
+	opTimeout   = 5 * time.Second
+)
+
+// lock runs one round of a lock workload: Lock, the workload's step, and
+// Unlock. The step deliberately does not look at the hold's Ctx: what it
+// writes must be kept safe by the guard (Txn) or the fence alone.
+func (c *client) lock(s *concurrency.Session) error {
+	m := concurrency.NewMutex(s, lockName(c.wl))
+	ctx, cancel := context.WithTimeout(c.run, lockTimeout)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FLock, Lease: int64(s.Lease())})
+	err := m.Lock(ctx)
+	cancel()
+	if err != nil {
+		c.rec(hc.Op{Type: hc.Fail, F: hc.FLock, Err: errText(err)})
+		return err
+	}
+	token := m.Token()
+	c.rec(hc.Op{Type: hc.OK, F: hc.FLock, Lease: int64(s.Lease()), Key: m.Key(), Token: token, Rev: m.Header().Revision})
+
+	switch c.wl {
+	case "txn":
+		c.increment(token, m.Txn)
+	case "fence":
+		c.storeUpdate("fenced", token)
+	case "unguarded":
+		c.storeUpdate("raw", token)
+	}
+
+	return c.release(hc.FUnlock, token, m.Unlock)
+}
+
+// release ends a hold with unlock (Mutex.Unlock or Election.Resign),
+// trying three times; after that it gives the hold up with its session:
+// revoking the lease deletes the key, or the lease expires.
+func (c *client) release(f string, token int64, unlock func(context.Context) error) error {
+	for try := 0; ; try++ {
+		ctx, cancel := context.WithTimeout(c.life, opTimeout)
+		c.rec(hc.Op{Type: hc.Invoke, F: f, Token: token})
+		err := unlock(ctx)
+		cancel()
+		if err == nil {
+			c.rec(hc.Op{Type: hc.OK, F: f, Token: token})
+			return nil
+		}
+		c.rec(hc.Op{Type: hc.Info, F: f, Token: token, Err: errText(err)})
+		if try == 2 || c.life.Err() != nil {
+			c.closeSession()
+			return err
+		}
+	}
+}
+
+// increment adds one to the guarded counter: a plain read, then a write
+// of read+1 through the guarded transaction, with a key named after the
+// increment so that the checker can tell which increments committed.
+func (c *client) increment(token int64, txn func(context.Context) clientv3.Txn) {
+	ctx, cancel := context.WithTimeout(c.life, opTimeout)
+	defer cancel()
+	resp, err := c.cli.Get(ctx, counterKey())
+	if err != nil {
+		return
+	}
+	var v int64
+	if len(resp.Kvs) == 1 {
+		v, _ = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+	}
+	sleep(ctx, *work)
+	c.seq++
+	id := fmt.Sprintf("%s.%d", c.name, c.seq)
+	val := strconv.FormatInt(v+1, 10)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FIncr, ID: id, Token: token, Value: v + 1})
+	tr, err := txn(ctx).Then(clientv3.OpPut(counterKey(), val), clientv3.OpPut(opKey(id), val)).Commit()
+	c.recGuarded(hc.Op{ID: id, Token: token, Value: v + 1}, tr, err)
+}
+
+// recGuarded records the outcome of a guarded transaction: ok with the
+// commit's revision; fail when it matched ErrLockLost, which promises that
+// nothing was written; info for any other error (a time-out, a lost
+// answer), after which the write may or may not have committed.
+func (c *client) recGuarded(op hc.Op, tr *clientv3.TxnResponse, err error) {
+	op.F = hc.FIncr
+	switch {
+	case err == nil:
+		op.Type, op.Rev = hc.OK, tr.Header.Revision
+	case errors.Is(err, concurrency.ErrLockLost):
+		op.Type, op.Err = hc.Fail, err.Error()
+	default:
+		op.Type, op.Err = hc.Info, err.Error()
+	}
+	c.rec(op)
+}
+
+// storeUpdate reads the external store's resource and writes read+1 to
+// it, passing the fencing token with both (the raw resource ignores it).
+func (c *client) storeUpdate(res string, token int64) {
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FRead, Token: token})
+	v, err := c.st.do("read", res, token, 0, 0, "", c.name)
+	if err != nil {
+		c.rec(hc.Op{Type: failType(err), F: hc.FRead, Token: token, Err: errText(err)})
+		return
+	}
+	c.rec(hc.Op{Type: hc.OK, F: hc.FRead, Token: token, Value: v})
+	sleep(c.life, *work)
+	c.seq++
+	id := fmt.Sprintf("%s.%d", c.name, c.seq)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FWrite, ID: id, Token: token, Value: v + 1})
+	if _, err := c.st.do("write", res, token, v, v+1, id, c.name); err != nil {
+		c.rec(hc.Op{Type: failType(err), F: hc.FWrite, ID: id, Token: token, Value: v + 1, Err: errText(err)})
+		return
+	}
+	c.rec(hc.Op{Type: hc.OK, F: hc.FWrite, ID: id, Token: token, Value: v + 1})
+}
+
+// elect runs one round of the election workload: Campaign, a read of the
+// leader, a guarded write of the term, and Resign.
+func (c *client) elect(s *concurrency.Session) error {
+	e := concurrency.NewElection(s, lockName("election"))
+	ctx, cancel := context.WithTimeout(c.run, lockTimeout)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FCampaign, Lease: int64(s.Lease())})
+	err := e.Campaign(ctx, c.name)
+	cancel()
+	if err != nil {
+		c.rec(hc.Op{Type: hc.Fail, F: hc.FCampaign, Err: errText(err)})
+		return err
+	}
+	term := e.Rev()
+	c.rec(hc.Op{Type: hc.OK, F: hc.FCampaign, Lease: int64(s.Lease()), Key: e.Key(), Token: term, Rev: e.Header().Revision})
+
+	lctx, lcancel := context.WithTimeout(c.life, opTimeout)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FLeader})
+	resp, err := e.Leader(lctx)
+	lcancel()
+	if err != nil {
+		c.rec(hc.Op{Type: hc.Info, F: hc.FLeader, Err: errText(err)})
+	} else {
+		kv := resp.Kvs[0]
+		c.rec(hc.Op{Type: hc.OK, F: hc.FLeader, Key: string(kv.Key), Token: kv.CreateRevision, Rev: resp.Header.Revision})
+	}
+
+	// The leader's guarded write: the term, and a key per write, as for
+	// the counter; the checker places each commit inside its term.
+	c.seq++
+	id := fmt.Sprintf("%s.%d", c.name, c.seq)
+	tctx, tcancel := context.WithTimeout(c.life, opTimeout)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FIncr, ID: id, Token: term})
+	tr, err := e.Txn(tctx).Then(clientv3.OpPut(*pfx+"/term", strconv.FormatInt(term, 10))).Commit()
+	tcancel()
+	c.recGuarded(hc.Op{ID: id, Token: term}, tr, err)
+
+	return c.release(hc.FResign, term, e.Resign)
+}
+
+// errStale is the store's refusal of a stale token: a definite failure.
+var errStale = errors.New("store: stale token")
+
+func failType(err error) string {
+	if errors.Is(err, errStale) {
+		return hc.Fail
+	}
+	return hc.Info
+}
+
+// storeClient talks to the test's external store over a unix socket.
+type storeClient struct {
+	hc *http.Client
+}
+
+func newStoreClient(sock string) *storeClient {
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}
+	return &storeClient{hc: &http.Client{Transport: tr, Timeout: opTimeout}}
+}
+
+func (s *storeClient) close() { s.hc.CloseIdleConnections() }
+
+// do calls the store's op ("read" or "write") and returns the value it
+// answered.
+func (s *storeClient) do(op, res string, token, read, value int64, id, client string) (int64, error) {
+	q := url.Values{
+		"res": {res}, "token": {strconv.FormatInt(token, 10)},
+		"read": {strconv.FormatInt(read, 10)}, "value": {strconv.FormatInt(value, 10)},
+		"id": {id}, "client": {client},
+	}
+	resp, err := s.hc.Post("http://store/"+op+"?"+q.Encode(), "text/plain", nil)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	case http.StatusConflict:
+		return 0, fmt.Errorf("%w: %s", errStale, b)
+	default:
+		return 0, fmt.Errorf("store: %s: %s", resp.Status, b)
+	}
+}
+
+// sleep waits for d or for ctx to end.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// libFrames mark goroutines of the library and of the etcd client that
+// must all be gone once the sessions and the client are closed.
+var libFrames = []string{
+	"github.com/seed-a9d410c6/concurrency.",
+	"go.etcd.io/etcd/client/v3.",
+	"google.golang.org/grpc.(*ClientConn)",
+	"google.golang.org/grpc.(*addrConn)",
+	"google.golang.org/grpc/internal/transport.(*http2Client)",
+}
+
+// leaks waits up to d for the library's goroutines to end and returns the
+// stacks of those left, or "".
+func leaks(d time.Duration) string {
+	deadline := time.Now().Add(d)
+	for {
+		buf := make([]byte, 4<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		var left []string
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "main.leaks(") {
+				continue
+			}
+			for _, f := range libFrames {
+				if strings.Contains(g, f) {
+					left = append(left, g)
+					break
+				}
+			}
+		}
+		if len(left) == 0 {
+			return ""
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("%d goroutines left:\n%s", len(left), strings.Join(left, "\n\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
