@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/seed-a9d410c6/concurrency/internal/loopback"
 )
 
 // Cluster is a running in-process etcd cluster.
@@ -38,7 +39,7 @@ func Start(ctx context.Context, n int) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{dir: dir}
-	ports, err := freePorts(2 * n)
+	ports, err := loopback.Ports(2 * n)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -94,24 +95,4 @@ func (c *Cluster) Close() {
 	}
 	c.members = nil
 	os.RemoveAll(c.dir)
-}
-
-// freePorts returns n loopback TCP ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

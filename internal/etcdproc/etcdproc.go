@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +24,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/seed-a9d410c6/concurrency/internal/loopback"
 )
 
 // ServerPackage is the main package of the etcd server in the module graph.
@@ -98,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Binary == "" || cfg.Dir == "" || cfg.Size < 0 {
 		return nil, fmt.Errorf("%w: Binary %q, Dir %q, Size %d", ErrConfig, cfg.Binary, cfg.Dir, cfg.Size)
 	}
-	ports, err := freePorts(2 * cfg.Size)
+	ports, err := loopback.Ports(2 * cfg.Size)
 	if err != nil {
 		return nil, err
 	}
@@ -417,24 +418,4 @@ func isClosed(c chan struct{}) bool {
 	default:
 		return false
 	}
-}
-
-// freePorts returns n loopback TCP ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
