@@ -372,7 +372,8 @@ func WithLease(leaseID clientv3.LeaseID) SessionOption {
 
 // WithContext sets the context of the session instead of the client's. It
 // bounds NewSession and Close; when it ends, the session ends too (Done is
-// closed). If it ends before Close revokes the lease, the lease is left to
+// closed), so it is the session's lifetime, not a timeout for NewSession
+// alone. If it ends before Close revokes the lease, the lease is left to
 // expire. A nil context keeps the default.
 func WithContext(ctx context.Context) SessionOption {
 	return func(o *sessionOptions) {

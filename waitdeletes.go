@@ -266,11 +266,9 @@ func watchDelete(ctx context.Context, client *clientv3.Client, key string, creat
 // watchUntil watches key with opts until fn, called on each response in
 // order, returns true or an error. It returns nil when fn returned true,
 // fn's error, or the error that ended the watch (compaction, no leader,
-// lost connection, ctx). A watch that starts after the current revision is
-// synced at once (see waitdeletes.go).
-
+// lost connection, ctx). The watch requires a leader: on a member without
+// one it ends with an error instead of waiting for events that never come.
 func watchUntil(ctx context.Context, client *clientv3.Client, key string, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
-	// A watch without a leader would wait forever for events that never come.
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for wr := range client.Watch(wctx, key, opts...) {
