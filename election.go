@@ -106,7 +106,7 @@ func ResumeElection(s *Session, pfx string, leaderKey string, leaderRev int64) *
 	}
 	s.use(leaderKey)
 	e.leaderKey, e.rev, e.leader = leaderKey, leaderRev, true
-	e.hold = newHold(s, leaderKey, leaderRev, 0)
+	e.hold = newHold(s, leaderKey, leaderRev, 0, nil)
 	return e
 }
 
@@ -160,7 +160,7 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 		// The leadership was lost meanwhile: run for it again.
 	}
 
-	rev, hdr, err := acquire(ctx, e.s, e.pfx, e.key, val, true, true, func(rev int64) {
+	h, hdr, err := acquire(ctx, e.s, e.pfx, e.key, val, true, true, func(rev int64) {
 		e.mu.Lock()
 		e.leaderKey, e.rev = e.key, rev
 		if rev == 0 {
@@ -174,8 +174,7 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.leaderKey, e.rev, e.leader, e.hdr = e.key, rev, true, hdr
-	e.hold = newHold(e.s, e.key, rev, hdr.Revision)
+	e.leaderKey, e.rev, e.leader, e.hdr, e.hold = e.key, h.rev, true, hdr, h
 	return nil
 }
 
@@ -405,13 +404,12 @@ func (e *Election) Header() *pb.ResponseHeader {
 // tells which. When the Election is not the leader it returns an already
 // cancelled context.
 //
-// The first call during a leadership starts a watch on the leader key,
-// which the leadership's end stops; a program that never calls Ctx pays
-// nothing for it.
+// Every leadership is watched from the moment it is won, as a Mutex's hold
+// is (see Mutex.Ctx).
 func (e *Election) Ctx() context.Context {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return holdContext(e.hold, e.leader)
+	return holdContext(e.hold)
 }
 
 // Txn returns a transaction that commits only while this Election is the

@@ -7,23 +7,31 @@ import (
 	"time"
 )
 
-// hold is one tenure of a lock or of leadership: from the moment it was
-// acquired until Unlock, Resign, loss of its key, or the end of its session.
-// Its context is what Mutex.Ctx and Election.Ctx hand out.
+// hold is one tenure of a lock or of leadership, from the moment its key
+// joins the queue: while Lock or Campaign waits (pending), then from the
+// read that showed the key first until Unlock, Resign, loss of its key, or
+// the end of its session. Its context is what Mutex.Ctx and Election.Ctx
+// hand out.
+//
+// A goroutine watches the key from the start: a deletion (by anyone, or by
+// the server with the lease) makes the session check its lease at once, so
+// that a revoked lease ends the session within milliseconds rather than at
+// its next renewal; while pending, it ends the wait with ErrSessionExpired
+// (etcd #19597); once held, it ends the hold with ErrLockLost. A waiter's
+// watch is established long before its turn comes, so a hold costs no
+// watch of its own.
 type hold struct {
 	s   *Session
 	key string
 	rev int64 // create revision of key: the fencing token
-	// seenRev is the revision of the read that showed key held.
-	seenRev int64
 
 	ctx    context.Context // cancelled with the cause that ended the hold
 	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when the watch goroutine returns
 
-	once  sync.Once     // starts the watch on key, on first use of ctx
-	mu    sync.Mutex    // guards done, ended, releasing and deleted
-	done  chan struct{} // closed when the watch goroutine returns; nil if never started
-	ended bool          // set by end: no watch may start after it
+	mu sync.Mutex // guards wait, releasing and deleted
+	// wait, while the hold is pending, ends the wait.
+	wait context.CancelCauseFunc
 	// releasing is set while the holder itself deletes the key (Unlock,
 	// Resign): a deletion that the watch sees meanwhile may be the release's
 	// own, so the watch only records it in deleted, and the release decides.
@@ -38,43 +46,35 @@ var endedCtx = func() context.Context {
 }()
 
 // holdContext is what Mutex.Ctx and Election.Ctx return for h, their
-// current hold if held, else their last one, or nil before the first.
-func holdContext(h *hold, held bool) context.Context {
-	switch {
-	case h == nil:
+// current hold, or their last one once it ended, or nil before the first.
+func holdContext(h *hold) context.Context {
+	if h == nil {
 		return endedCtx
-	case !held:
-		return h.ctx
 	}
-	return h.context()
-}
-
-func newHold(s *Session, key string, rev, seenRev int64) *hold {
-	// The session's cause (wrapping ErrSessionExpired) passes to the hold.
-	ctx, cancel := context.WithCancelCause(s.ctx)
-	return &hold{s: s, key: key, rev: rev, seenRev: seenRev, ctx: ctx, cancel: cancel}
-}
-
-// context returns the hold's context, first starting the watch that cancels
-// it with ErrLockLost as soon as the key is deleted. The watch is started
-// lazily so that a caller who never asks pays nothing for it.
-func (h *hold) context() context.Context {
-	h.once.Do(func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if h.ended {
-			return
-		}
-		h.done = make(chan struct{})
-		go h.watch()
-	})
 	return h.ctx
 }
 
-func (h *hold) watch() {
+// newHold starts a hold of key, created at rev and last seen by a read at
+// seenRev (0 if unknown), and the goroutine that watches the key. A pending
+// hold (wait not nil) watches from seenRev without an extra read (fromSeen):
+// by the time its turn comes, the watch has long been in place. A hold that
+// is held at once watches promptly (fromNow).
+func newHold(s *Session, key string, rev, seenRev int64, wait context.CancelCauseFunc) *hold {
+	// The session's cause (wrapping ErrSessionExpired) passes to the hold.
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	h := &hold{s: s, key: key, rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}), wait: wait}
+	from := fromNow
+	if wait != nil && seenRev > 0 {
+		from = fromSeen
+	}
+	go h.watch(seenRev, from)
+	return h
+}
+
+func (h *hold) watch(seenRev int64, from start) {
 	defer close(h.done)
 	for h.ctx.Err() == nil {
-		err := waitDelete(h.ctx, h.s.client, h.key, h.rev, h.seenRev, fromNow)
+		err := waitDelete(h.ctx, h.s.client, h.key, h.rev, seenRev, from)
 		if err == nil {
 			h.lost()
 			return
@@ -91,25 +91,38 @@ func (h *hold) watch() {
 				h.lost()
 				return
 			}
-			h.seenRev = resp.Header.Revision
+			seenRev, from = resp.Header.Revision, fromSeen
 		}
 	}
 }
 
-// lost ends the hold with ErrLockLost because its key was deleted: by
-// someone, or by the server with the lease (the lease check tells the
-// session whether it should end too). During a release it only records the
-// deletion.
+// lost reacts to the deletion of the hold's key: it ends the wait of a
+// pending hold, or ends a held one with ErrLockLost, and has the session
+// check its lease. During a release it only records the deletion.
 func (h *hold) lost() {
-	h.mu.Lock()
-	if h.releasing {
-		h.deleted = true
-		h.mu.Unlock()
-		return
-	}
-	h.mu.Unlock()
-	h.cancel(fmt.Errorf("%w: key %q was deleted", ErrLockLost, h.key))
 	h.s.check()
+	h.mu.Lock()
+	h.deleted = true
+	wait, releasing := h.wait, h.releasing
+	h.mu.Unlock()
+	switch {
+	case wait != nil:
+		wait(fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, h.key))
+	case !releasing:
+		h.cancel(fmt.Errorf("%w: key %q was deleted", ErrLockLost, h.key))
+	}
+}
+
+// held turns a pending hold into a held one, after the read that showed
+// its key first. A deletion seen meanwhile ends it at once.
+func (h *hold) held() {
+	h.mu.Lock()
+	h.wait = nil
+	deleted := h.deleted
+	h.mu.Unlock()
+	if deleted {
+		h.cancel(fmt.Errorf("%w: key %q was deleted", ErrLockLost, h.key))
+	}
 }
 
 // release deletes the hold's key, if it is still this hold's, and ends the
@@ -128,7 +141,7 @@ func (h *hold) release(ctx context.Context) error {
 		seen := h.deleted
 		h.mu.Unlock()
 		if seen {
-			h.lost()
+			h.cancel(fmt.Errorf("%w: key %q was deleted", ErrLockLost, h.key))
 		}
 		return err
 	}
@@ -143,13 +156,7 @@ func (h *hold) release(ctx context.Context) error {
 // end cancels the hold with cause and waits for its watch to stop.
 func (h *hold) end(cause error) {
 	h.cancel(cause)
-	h.mu.Lock()
-	h.ended = true
-	done := h.done
-	h.mu.Unlock()
-	if done != nil {
-		<-done
-	}
+	<-h.done
 }
 
 // sleepCtx waits for d or for ctx to end, and reports whether d passed.

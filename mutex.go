@@ -116,7 +116,7 @@ func (m *Mutex) TryLock(ctx context.Context) error {
 // lock acquires the lock for the goroutine that holds m.sem. If wait is
 // false it gives up with ErrLocked instead of waiting.
 func (m *Mutex) lock(ctx context.Context, wait bool) error {
-	rev, hdr, err := acquire(ctx, m.s, m.pfx, m.key, "", false, wait, func(rev int64) {
+	h, hdr, err := acquire(ctx, m.s, m.pfx, m.key, "", false, wait, func(rev int64) {
 		m.mu.Lock()
 		m.rev = rev
 		m.mu.Unlock()
@@ -126,8 +126,7 @@ func (m *Mutex) lock(ctx context.Context, wait bool) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.rev, m.held, m.hdr = rev, true, hdr
-	m.hold = newHold(m.s, m.key, rev, hdr.Revision)
+	m.rev, m.held, m.hdr, m.hold = h.rev, true, hdr, h
 	return nil
 }
 
@@ -222,12 +221,14 @@ func (m *Mutex) Token() int64 {
 // context.Cause tells which. When the Mutex is not held it returns an
 // already cancelled context.
 //
-// The first call during a hold starts a watch on the lock key, which the
-// hold's end stops; a program that never calls Ctx pays nothing for it.
+// Every hold is watched from the moment it is acquired (one watch on the
+// lock key, no extra round trip), so a loss is noticed within milliseconds
+// whether or not Ctx is called; the watch also ends the session at once
+// when the loss was a revoked or expired lease.
 func (m *Mutex) Ctx() context.Context {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return holdContext(m.hold, m.held)
+	return holdContext(m.hold)
 }
 
 // Txn returns a transaction that commits only while this Mutex holds the

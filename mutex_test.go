@@ -260,6 +260,47 @@ func TestMutexInteropWithEtcd(t *testing.T) {
 	})
 }
 
+// etcd's Mutex is not safe for concurrent use: a second goroutine's Lock on
+// a held Mutex returns at once, and both "hold" it. This package's Mutex
+// makes it wait, as sync.Mutex does.
+func TestMutexSecondGoroutineWaits(t *testing.T) {
+	for _, im := range []impl{ours, etcds} {
+		t.Run(im.name, func(t *testing.T) {
+			if im.name == "etcd" && raceEnabled {
+				t.Skip("sharing etcd's Mutex between goroutines is a data race; this case runs without -race")
+			}
+			pfx := etcdtest.Begin(t)
+			c := sharedClient(t)
+			m := im.newMutex(im.mustSession(t, c, 60), pfx)
+			if err := m.Lock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			second := lockAsync(t, t.Context(), m)
+			var violation error
+			select {
+			case err := <-second:
+				violation = fmt.Errorf("a second goroutine's Lock returned %v while the Mutex was held", err)
+			case <-time.After(time.Second):
+				// Still waiting, as it should.
+			}
+			if err := m.Unlock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if violation == nil {
+				if err := within(t, 5*time.Second, second, "second Lock after Unlock"); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Unlock(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			expectBug(t, im, violation)
+		})
+	}
+}
+
+// Goroutines sharing one Mutex take turns, and the race detector finds
+// nothing to say.
 func TestMutexConcurrentGoroutines(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
@@ -281,6 +322,7 @@ func TestMutexConcurrentGoroutines(t *testing.T) {
 				}
 				_ = m.Key()
 				_ = m.Token()
+				_ = m.Ctx()
 				holders.Add(-1)
 				if err := m.Unlock(t.Context()); err != nil {
 					errc <- err

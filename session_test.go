@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
@@ -72,6 +73,18 @@ func TestSessionWithMissingLease(t *testing.T) {
 	_, err = concurrency.NewSession(c, concurrency.WithLease(grant.ID))
 	if !errors.Is(err, concurrency.ErrLeaseNotFound) || !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		t.Fatalf("NewSession(WithLease(revoked)) = %v, want ErrLeaseNotFound", err)
+	}
+	// etcd's package hands back a session, already dead.
+	s, err := etcdconc.NewSession(c, etcdconc.WithLease(grant.ID))
+	if err != nil {
+		t.Fatalf("etcd's package no longer shows the bug: NewSession = %v", err)
+	}
+	defer s.Close()
+	select {
+	case <-s.Done():
+		t.Log("etcd's package, as expected: NewSession returned no error and a session whose Done is closed")
+	case <-time.After(5 * time.Second):
+		t.Fatal("etcd's session on a revoked lease is not done after 5 s")
 	}
 }
 
@@ -181,6 +194,40 @@ func TestSessionRevokedOutside(t *testing.T) {
 	}
 	if !errors.Is(context.Cause(s.Ctx()), concurrency.ErrSessionExpired) {
 		t.Fatalf("cause = %v", context.Cause(s.Ctx()))
+	}
+}
+
+// A session that holds a lock notices a revoke from outside within
+// milliseconds, through the watch on its lock key, whether or not anyone
+// asked for the hold's context.
+func TestSessionRevokedWhileHolding(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	other := sharedClient(t)
+	s := newSession(t, c) // TTL 60 s: the next renewal is 20 s away
+	m := concurrency.NewMutex(s, pfx)
+	if err := m.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Revoke(t.Context(), s.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed 5 s after the lease was revoked")
+	}
+	took := time.Since(revoked)
+	if !errors.Is(context.Cause(s.Ctx()), concurrency.ErrSessionExpired) {
+		t.Fatalf("cause = %v", context.Cause(s.Ctx()))
+	}
+	if took > 100*time.Millisecond {
+		t.Errorf("session ended %v after the revoke, want within 100 ms", took)
+	}
+	t.Logf("session ended %v after the revoke", took)
+	if err := m.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -25,9 +25,9 @@ import (
 // package spends on each contended handoff. A watch from the current
 // revision is synced at once; the revision in its created response tells
 // whether anything could have happened between the read and the watch, and
-// only then is the key read again. The watch on the waiter's own key, whose
-// deletion is rare and off the handoff path, starts right after the read
-// and never costs a read (see start).
+// only then is the key read again. The watch on the waiter's own key (see
+// hold), whose deletion is rare and off the handoff path, starts right
+// after the read and never costs a read (see start).
 
 // lastTwo selects the two newest keys under a prefix: in the transaction that
 // creates a waiter's key, its own key and its predecessor.
@@ -35,43 +35,61 @@ var lastTwo = append(clientv3.WithLastCreate(), clientv3.WithLimit(2))
 
 // acquire takes a place for key, with value val, in the queue pfx (see
 // enqueue) and, if wait, waits until key is first (see waitDeletes). It
-// returns the key's create revision and the header of the read that showed
-// it first. waiting, if not nil, is called with the key's create revision
-// when a wait starts, and with 0 when it fails.
+// returns the hold, and the header of the read that showed the key first.
+// waiting, if not nil, is called with the key's create revision when a
+// wait starts, and with 0 when it fails.
 //
-// Without wait, a key that is not first gives ErrLocked. On every error,
-// the key has been released: deleted, within a bounded time, unless another
-// Mutex or Election of the session still uses it (see Session.unuse).
-func acquire(ctx context.Context, s *Session, pfx, key, val string, update, wait bool, waiting func(rev int64)) (int64, *pb.ResponseHeader, error) {
+// The wait ends with ctx.Err() when ctx ends, and with an error matching
+// ErrSessionExpired when the session ends or the key is deleted (the hold's
+// watch sees it). Without wait, a key that is not first gives ErrLocked.
+// On every error, the key has been released: deleted, within a bounded
+// time, unless another Mutex or Election of the session still uses it (see
+// Session.unuse).
+func acquire(ctx context.Context, s *Session, pfx, key, val string, update, wait bool, waiting func(rev int64)) (*hold, *pb.ResponseHeader, error) {
 	if s.ctx.Err() != nil {
-		return 0, nil, context.Cause(s.ctx)
+		return nil, nil, context.Cause(s.ctx)
 	}
 	s.use(key)
 	q, err := enqueue(ctx, s, pfx, key, val, update)
 	if err != nil {
 		// The put may have been applied: delete the key if it is ours.
 		s.unuse(ctx, key, 0, true)
-		return 0, nil, err
+		return nil, nil, err
 	}
 	if q.first {
-		return q.rev, q.hdr, nil
+		return newHold(s, key, q.rev, q.hdr.Revision, nil), q.hdr, nil
 	}
 	if !wait {
 		s.unuse(ctx, key, q.rev, true)
-		return 0, nil, ErrLocked
+		return nil, nil, ErrLocked
 	}
+
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(s.ctx, func() { cancel(context.Cause(s.ctx)) })
+	defer stop()
+	h := newHold(s, key, q.rev, q.hdr.Revision, cancel)
 	if waiting != nil {
 		waiting(q.rev)
 	}
-	hdr, err := waitDeletes(ctx, s, pfx, key, q.rev, q.pred, q.hdr.Revision)
-	if err != nil {
-		if waiting != nil {
-			waiting(0)
-		}
-		s.unuse(ctx, key, q.rev, true)
-		return 0, nil, err
+	hdr, err := waitDeletes(wctx, s, pfx, key, q.rev, q.pred, q.hdr.Revision)
+	if err == nil {
+		h.held()
+		return h, hdr, nil
 	}
-	return q.rev, hdr, nil
+	// Say why the wait ended: the caller's context first, so that
+	// errors.Is(err, ctx.Err()) holds, then the session or the key.
+	if ctx.Err() != nil {
+		err = ctx.Err()
+	} else if wctx.Err() != nil {
+		err = context.Cause(wctx)
+	}
+	h.end(err)
+	if waiting != nil {
+		waiting(0)
+	}
+	s.unuse(ctx, key, q.rev, true)
+	return nil, nil, err
 }
 
 // queued is where enqueue left a key in its queue.
@@ -132,56 +150,26 @@ func enqueue(ctx context.Context, s *Session, pfx, key, val string, update bool)
 
 // waitDeletes blocks until key, created at rev, is the oldest key under pfx,
 // and returns the header of the read that showed it. pred is the newest key
-// older than key as last read at revision seenRev, or nil if unknown.
-//
-// It returns an error matching ErrSessionExpired when key is deleted or the
-// session ends first, and ctx.Err() when ctx ends first. It leaves key in
-// place either way: the caller cleans up.
+// older than key as last read at revision seenRev, or nil if unknown. It
+// watches only pred; the key's own deletion ends the wait through ctx (see
+// hold), or is found by the read that follows each deletion of a
+// predecessor (ErrSessionExpired). It leaves key in place: the caller
+// cleans up.
 func waitDeletes(ctx context.Context, s *Session, pfx, key string, rev int64, pred *mvccpb.KeyValue, seenRev int64) (*pb.ResponseHeader, error) {
-	wctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(s.ctx, func() { cancel(context.Cause(s.ctx)) })
-	owndone := make(chan struct{})
-	go func() {
-		defer close(owndone)
-		// The own key is rarely deleted: watch it without the extra read
-		// that a prompt start may cost on a busy cluster.
-		if waitDelete(wctx, s.client, key, rev, seenRev, fromSeen) == nil {
-			s.check()
-			cancel(fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key))
-		}
-	}()
-	defer func() {
-		stop()
-		cancel(nil)
-		<-owndone
-	}()
-
-	// fail says why the wait ended: the caller's context first, so that
-	// errors.Is(err, ctx.Err()) holds, then the session or own key.
-	fail := func(err error) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if wctx.Err() != nil {
-			return context.Cause(wctx)
-		}
-		return err
-	}
-
 	for {
 		if pred != nil {
-			if err := waitDelete(wctx, s.client, string(pred.Key), pred.CreateRevision, seenRev, fromNow); err != nil {
-				return nil, fail(err)
+			if err := waitDelete(ctx, s.client, string(pred.Key), pred.CreateRevision, seenRev, fromNow); err != nil {
+				return nil, err
 			}
 		}
 		// One read re-checks both that key still exists and which key, if
 		// any, is now its predecessor.
-		resp, err := s.client.Txn(wctx).Then(
+		resp, err := s.client.Txn(ctx).Then(
 			clientv3.OpGet(key),
 			clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...),
 		).Commit()
 		if err != nil {
-			return nil, fail(err)
+			return nil, err
 		}
 		own := resp.Responses[0].GetResponseRange().Kvs
 		if len(own) == 0 || own[0].CreateRevision != rev {
