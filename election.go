@@ -404,8 +404,7 @@ func (e *Election) Header() *pb.ResponseHeader {
 // tells which. When the Election is not the leader it returns an already
 // cancelled context.
 //
-// Every leadership is watched from the moment it is won, as a Mutex's hold
-// is (see Mutex.Ctx).
+// A leadership is watched as a Mutex's hold is (see Mutex.Ctx).
 func (e *Election) Ctx() context.Context {
 	e.mu.Lock()
 	defer e.mu.Unlock()

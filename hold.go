@@ -13,29 +13,38 @@ import (
 // the end of its session. Its context is what Mutex.Ctx and Election.Ctx
 // hand out.
 //
-// A goroutine watches the key from the start: a deletion (by anyone, or by
-// the server with the lease) makes the session check its lease at once, so
-// that a revoked lease ends the session within milliseconds rather than at
-// its next renewal; while pending, it ends the wait with ErrSessionExpired
-// (etcd #19597); once held, it ends the hold with ErrLockLost. A waiter's
-// watch is established long before its turn comes, so a hold costs no
-// watch of its own.
+// A goroutine watches the key: a deletion (by anyone, or by the server with
+// the lease) makes the session check its lease at once, so that a revoked
+// lease ends the session within milliseconds rather than at its next
+// renewal; while pending, it ends the wait with ErrSessionExpired (etcd
+// #19597); once held, it ends the hold with ErrLockLost. A waiter's watch
+// starts when it joins the queue, and is long in place when its turn comes.
+// The watch of a hold held at once starts after watchDelay, or at the first
+// call of Ctx: a short critical section (the common uncontended Lock and
+// Unlock) is over before a watch could tell it anything, and pays nothing.
+// The holder stops the watch before it deletes the key itself, so that only
+// the next waiter hears of the delete.
 type hold struct {
-	s   *Session
-	key string
-	rev int64 // create revision of key: the fencing token
+	s       *Session
+	key     string
+	rev     int64 // create revision of key: the fencing token
+	seenRev int64 // the revision of the read that last saw key, 0 if unknown
 
 	ctx    context.Context // cancelled with the cause that ended the hold
 	cancel context.CancelCauseFunc
-	done   chan struct{} // closed when the watch goroutine returns
+	timer  *time.Timer // starts the watch of a hold held at once, after watchDelay
 
-	mu sync.Mutex // guards wait, releasing and deleted
+	mu sync.Mutex // guards unwatchFn, ended, releasing, wait and deleted
+	// unwatchFn stops the watch goroutine and waits for it; nil when none
+	// runs.
+	unwatchFn func()
+	// No watch starts once the hold has ended, or while its holder deletes
+	// the key.
+	ended, releasing bool
 	// wait, while the hold is pending, ends the wait.
 	wait context.CancelCauseFunc
-	// releasing is set while the holder itself deletes the key (Unlock,
-	// Resign): a deletion that the watch sees meanwhile may be the release's
-	// own, so the watch only records it in deleted, and the release decides.
-	releasing, deleted bool
+	// deleted records that the watch saw the key deleted.
+	deleted bool
 }
 
 // endedCtx is the context of no hold: Mutex.Ctx before the first Lock.
@@ -45,36 +54,71 @@ var endedCtx = func() context.Context {
 	return ctx
 }()
 
+// watchDelay is how long a hold held at once goes unwatched, unless its
+// context is asked for.
+const watchDelay = 20 * time.Millisecond
+
 // holdContext is what Mutex.Ctx and Election.Ctx return for h, their
 // current hold, or their last one once it ended, or nil before the first.
+// It makes sure the hold is watched.
 func holdContext(h *hold) context.Context {
 	if h == nil {
 		return endedCtx
 	}
+	h.watch(fromNow)
 	return h.ctx
 }
 
 // newHold starts a hold of key, created at rev and last seen by a read at
-// seenRev (0 if unknown), and the goroutine that watches the key. A pending
-// hold (wait not nil) watches from seenRev without an extra read (fromSeen):
-// by the time its turn comes, the watch has long been in place. A hold that
-// is held at once watches promptly (fromNow).
+// seenRev (0 if unknown). A pending hold (wait not nil) is watched at once,
+// from seenRev without an extra read (fromSeen): by the time its turn comes,
+// the watch has long been in place. A hold held at once is watched after
+// watchDelay or on demand, promptly (fromNow).
 func newHold(s *Session, key string, rev, seenRev int64, wait context.CancelCauseFunc) *hold {
 	// The session's cause (wrapping ErrSessionExpired) passes to the hold.
 	ctx, cancel := context.WithCancelCause(s.ctx)
-	h := &hold{s: s, key: key, rev: rev, ctx: ctx, cancel: cancel, done: make(chan struct{}), wait: wait}
-	from := fromNow
-	if wait != nil && seenRev > 0 {
-		from = fromSeen
+	h := &hold{s: s, key: key, rev: rev, seenRev: seenRev, ctx: ctx, cancel: cancel, wait: wait}
+	if wait != nil {
+		h.watch(fromSeen)
+	} else {
+		h.timer = time.AfterFunc(watchDelay, func() { h.watch(fromNow) })
 	}
-	go h.watch(seenRev, from)
 	return h
 }
 
-func (h *hold) watch(seenRev int64, from start) {
-	defer close(h.done)
-	for h.ctx.Err() == nil {
-		err := waitDelete(h.ctx, h.s.client, h.key, h.rev, seenRev, from)
+// watch starts the goroutine that watches the key, unless it runs already,
+// the hold has ended, or its holder is deleting the key.
+func (h *hold) watch(from start) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.unwatchFn != nil || h.ended || h.releasing {
+		return
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	h.unwatchFn = func() {
+		cancel()
+		<-done
+	}
+	go h.watchKey(ctx, from, done)
+}
+
+// unwatch stops the watch goroutine, if it runs, and waits for it.
+func (h *hold) unwatch() {
+	h.mu.Lock()
+	stop := h.unwatchFn
+	h.unwatchFn = nil
+	h.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+func (h *hold) watchKey(ctx context.Context, from start, done chan<- struct{}) {
+	defer close(done)
+	seenRev := h.seenRev
+	for ctx.Err() == nil {
+		err := waitDelete(ctx, h.s.client, h.key, h.rev, seenRev, from)
 		if err == nil {
 			h.lost()
 			return
@@ -82,10 +126,10 @@ func (h *hold) watch(seenRev int64, from start) {
 		// Watching failed (no leader, connection lost): try again until the
 		// key goes or the hold ends; the session's deadline bounds how long
 		// a hold can outlive a dead connection.
-		if !sleepCtx(h.ctx, retryInterval) {
+		if !sleepCtx(ctx, retryInterval) {
 			return
 		}
-		resp, err := h.s.client.Get(h.ctx, h.key)
+		resp, err := h.s.client.Get(ctx, h.key)
 		if err == nil {
 			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
 				h.lost()
@@ -98,19 +142,18 @@ func (h *hold) watch(seenRev int64, from start) {
 
 // lost reacts to the deletion of the hold's key: it ends the wait of a
 // pending hold, or ends a held one with ErrLockLost, and has the session
-// check its lease. During a release it only records the deletion.
+// check its lease.
 func (h *hold) lost() {
 	h.s.check()
 	h.mu.Lock()
 	h.deleted = true
-	wait, releasing := h.wait, h.releasing
+	wait := h.wait
 	h.mu.Unlock()
-	switch {
-	case wait != nil:
+	if wait != nil {
 		wait(fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, h.key))
-	case !releasing:
-		h.cancel(fmt.Errorf("%w: key %q was deleted", ErrLockLost, h.key))
+		return
 	}
+	h.cancel(fmt.Errorf("%w: key %q was deleted", ErrLockLost, h.key))
 }
 
 // held turns a pending hold into a held one, after the read that showed
@@ -127,22 +170,20 @@ func (h *hold) held() {
 
 // release deletes the hold's key, if it is still this hold's, and ends the
 // hold: with ErrLockReleased, or with ErrLockLost if the key was already
-// gone. If the delete fails, the hold goes on (the caller may retry)
-// unless the watch saw the key go meanwhile, and the error is returned.
-// The caller serialises calls to release.
+// gone. If the delete fails, the hold goes on, watched again, and the error
+// is returned (the caller may retry). The caller serialises calls to
+// release.
 func (h *hold) release(ctx context.Context) error {
 	h.mu.Lock()
 	h.releasing = true
 	h.mu.Unlock()
+	h.unwatch()
 	deleted, err := deleteRev(ctx, h.s.client, h.key, h.rev)
 	if err != nil {
 		h.mu.Lock()
 		h.releasing = false
-		seen := h.deleted
 		h.mu.Unlock()
-		if seen {
-			h.cancel(fmt.Errorf("%w: key %q was deleted", ErrLockLost, h.key))
-		}
+		h.watch(fromNow)
 		return err
 	}
 	if deleted {
@@ -153,10 +194,16 @@ func (h *hold) release(ctx context.Context) error {
 	return nil
 }
 
-// end cancels the hold with cause and waits for its watch to stop.
+// end cancels the hold with cause and stops its watch.
 func (h *hold) end(cause error) {
 	h.cancel(cause)
-	<-h.done
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.mu.Lock()
+	h.ended = true
+	h.mu.Unlock()
+	h.unwatch()
 }
 
 // sleepCtx waits for d or for ctx to end, and reports whether d passed.

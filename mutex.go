@@ -221,10 +221,11 @@ func (m *Mutex) Token() int64 {
 // context.Cause tells which. When the Mutex is not held it returns an
 // already cancelled context.
 //
-// Every hold is watched from the moment it is acquired (one watch on the
-// lock key, no extra round trip), so a loss is noticed within milliseconds
-// whether or not Ctx is called; the watch also ends the session at once
-// when the loss was a revoked or expired lease.
+// Ctx makes sure the hold is watched (one watch on the lock key). A hold
+// that had to wait is watched from the moment it joined the queue, and
+// any hold from 20 ms after it began, whether or not Ctx is called: a loss
+// is noticed within milliseconds, and when the loss was a revoked or
+// expired lease, the session ends at once too.
 func (m *Mutex) Ctx() context.Context {
 	m.mu.Lock()
 	defer m.mu.Unlock()
