@@ -236,12 +236,9 @@ func (e *Election) Resign(ctx context.Context) error {
 	if !e.leader {
 		return nil
 	}
-	err := e.hold.release(ctx)
-	if err != nil {
-		if e.s.ctx.Err() == nil {
-			return err // still the leader: Resign may be retried
-		}
-		e.hold.end(context.Cause(e.s.ctx))
+	ended, err := e.hold.release(ctx)
+	if !ended {
+		return err // still the leader: Resign may be retried
 	}
 	e.forget(ctx)
 	return err

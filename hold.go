@@ -170,28 +170,32 @@ func (h *hold) held() {
 
 // release deletes the hold's key, if it is still this hold's, and ends the
 // hold: with ErrLockReleased, or with ErrLockLost if the key was already
-// gone. If the delete fails, the hold goes on, watched again, and the error
-// is returned (the caller may retry). The caller serialises calls to
-// release.
-func (h *hold) release(ctx context.Context) error {
+// gone. If the delete fails while the session lives, the hold goes on,
+// watched again, and release returns the error with ended false: the
+// caller may retry. Once the session has ended, the hold ends anyway (its
+// key goes with the lease) and the error is returned with ended true. The
+// caller serialises calls to release.
+func (h *hold) release(ctx context.Context) (ended bool, err error) {
 	h.mu.Lock()
 	h.releasing = true
 	h.mu.Unlock()
 	h.unwatch()
 	deleted, err := deleteRev(ctx, h.s.client, h.key, h.rev)
-	if err != nil {
+	switch {
+	case err != nil && h.s.ctx.Err() == nil:
 		h.mu.Lock()
 		h.releasing = false
 		h.mu.Unlock()
 		h.watch(fromNow)
-		return err
-	}
-	if deleted {
+		return false, err
+	case err != nil:
+		h.end(context.Cause(h.s.ctx))
+	case deleted:
 		h.end(ErrLockReleased)
-	} else {
+	default:
 		h.end(fmt.Errorf("%w: key %q was gone before the release", ErrLockLost, h.key))
 	}
-	return nil
+	return true, err
 }
 
 // end cancels the hold with cause and stops its watch.

@@ -150,14 +150,9 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if !m.held {
 		return ErrLockReleased
 	}
-	err := m.hold.release(ctx)
-	if err != nil {
-		if m.s.ctx.Err() == nil {
-			return err // still held: Unlock may be retried
-		}
-		// The session has ended: the key goes with the lease, and the
-		// hold's context already has the session's cause.
-		m.hold.end(context.Cause(m.s.ctx))
+	ended, err := m.hold.release(ctx)
+	if !ended {
+		return err // still held: Unlock may be retried
 	}
 	m.s.unuse(ctx, m.key, m.rev, false)
 	m.rev, m.held = 0, false
