@@ -67,6 +67,9 @@ type Election struct {
 	leader    bool
 	hdr       *pb.ResponseHeader
 	hold      *hold // the current leadership, or the last one once it ended; nil before the first
+	// counted: the session counts this Election as a user of leaderKey.
+	// A resumed leadership is counted only once it is used (see adopt).
+	counted bool
 }
 
 // NewElection returns an Election named pfx on session s. It does not talk
@@ -93,8 +96,15 @@ func NewElection(s *Session, pfx string) *Election {
 // ResumeElection dropped the "/", so that Leader and Observe of a resumed
 // Election also read the keys of other elections whose names begin with
 // pfx (etcd #10297, #13469). A leaderKey that is not a key of the election,
-// or a leaderRev that is not positive, makes every method return an error
-// matching ErrElectionNotLeader.
+// or a leaderRev that is not positive, makes Campaign, Proclaim and Resign
+// return an error matching ErrElectionNotLeader (Txn's Commit one matching
+// ErrLockLost, and Ctx an ended context); Leader and Observe read the
+// election as usual.
+//
+// Nothing is watched or counted until the leadership is first used (Ctx,
+// Proclaim or Resign): a resumed Election that is dropped unused leaves
+// nothing behind. Once Ctx was called, its watch runs until the leadership
+// ends (Resign, loss of the key, end of the session).
 func ResumeElection(s *Session, pfx string, leaderKey string, leaderRev int64) *Election {
 	e := NewElection(s, pfx)
 	if !strings.HasPrefix(leaderKey, e.pfx) || len(leaderKey) == len(e.pfx) || leaderRev <= 0 {
@@ -104,10 +114,21 @@ func ResumeElection(s *Session, pfx string, leaderKey string, leaderRev int64) *
 	if validate(s, e.pfx) != nil {
 		return e // reported by the methods
 	}
-	s.use(leaderKey)
+	// Nothing starts until the leadership is used (see adopt): a resumed
+	// Election that the caller drops leaves nothing behind.
 	e.leaderKey, e.rev, e.leader = leaderKey, leaderRev, true
-	e.hold = newHold(s, leaderKey, leaderRev, 0, nil)
+	e.hold = lazyHold(s, leaderKey, leaderRev, 0)
 	return e
+}
+
+// adopt makes the session count a resumed leadership as a user of its key,
+// the first time it is used, so that a failed Campaign of another Election
+// on the session does not delete the key. The caller holds e.mu.
+func (e *Election) adopt() {
+	if e.leader && !e.counted {
+		e.s.use(context.Background(), e.leaderKey, false)
+		e.counted = true
+	}
 }
 
 // validate reports a bad session, name, or ResumeElection argument.
@@ -174,7 +195,7 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.leaderKey, e.rev, e.leader, e.hdr, e.hold = e.key, h.rev, true, hdr, h
+	e.leaderKey, e.rev, e.leader, e.hdr, e.hold, e.counted = e.key, h.rev, true, hdr, h, true
 	return nil
 }
 
@@ -197,6 +218,7 @@ func (e *Election) Proclaim(ctx context.Context, val string) error {
 	if !e.leader {
 		return ErrElectionNotLeader
 	}
+	e.adopt()
 	resp, err := e.s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(e.leaderKey), "=", e.rev)).
 		Then(clientv3.OpPut(e.leaderKey, val, clientv3.WithLease(e.s.id))).
@@ -207,7 +229,7 @@ func (e *Election) Proclaim(ctx context.Context, val string) error {
 	if !resp.Succeeded {
 		gone := fmt.Errorf("key %q no longer has create revision %d", e.leaderKey, e.rev)
 		e.hold.end(fmt.Errorf("%w: %w", ErrLockLost, gone))
-		e.forget(ctx)
+		e.forget(ctx, keep)
 		return fmt.Errorf("%w: %w", ErrElectionNotLeader, gone)
 	}
 	e.hdr = resp.Header
@@ -240,15 +262,34 @@ func (e *Election) Resign(ctx context.Context) error {
 	if !ended {
 		return err // still the leader: Resign may be retried
 	}
-	e.forget(ctx)
+	e.forget(ctx, keep)
 	return err
 }
 
-// forget drops the state of a leadership whose hold has ended. The caller
-// holds e.mu.
-func (e *Election) forget(ctx context.Context) {
-	e.s.unuse(ctx, e.leaderKey, e.rev, false)
-	e.leaderKey, e.rev, e.leader = "", 0, false
+// forget drops the state of a leadership whose hold has ended, and hands
+// the key to the session as then says. The caller holds e.mu.
+func (e *Election) forget(ctx context.Context, then cleanup) {
+	if e.counted {
+		e.s.unuse(ctx, e.leaderKey, e.rev, then)
+	}
+	e.leaderKey, e.rev, e.leader, e.counted = "", 0, false, false
+}
+
+// release is Do's Resign: if the delete fails, the leadership is given up
+// here all the same, and the session deletes the key in the background
+// once etcd answers.
+func (e *Election) release(ctx context.Context) error {
+	err := e.Resign(ctx)
+	if err == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.leader {
+		e.hold.end(fmt.Errorf("%w: resigned here; the key is deleted in the background: %w", ErrLockReleased, err))
+		e.forget(ctx, deleteLater)
+	}
+	return err
 }
 
 // Leader returns the current leader's key and value, as the only entry of
@@ -405,6 +446,10 @@ func (e *Election) Header() *pb.ResponseHeader {
 func (e *Election) Ctx() context.Context {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.err != nil {
+		return endedCtx
+	}
+	e.adopt()
 	return holdContext(e.hold)
 }
 
@@ -422,15 +467,17 @@ func (e *Election) Txn(ctx context.Context) clientv3.Txn {
 }
 
 // Do campaigns with val, runs fn as the leader with a context that ends
-// when ctx ends or the leadership does, and resigns. The resignation uses a
-// fresh context bounded by cleanupTimeout, so it runs even if ctx has
-// ended. Do returns Campaign's error if it did not win; otherwise fn's
-// error, joined with an error matching ErrLockLost or ErrSessionExpired if
-// the leadership ended before fn returned and with Resign's error if it
-// failed.
+// when ctx ends or the leadership does, and resigns, also when fn panics
+// (the panic then goes on). The resignation uses a fresh context bounded by
+// cleanupTimeout, so it runs even if ctx has ended. Do returns Campaign's
+// error if it did not win; otherwise fn's error, joined with an error
+// matching ErrLockLost or ErrSessionExpired if the leadership ended before
+// fn returned and with Resign's error if it failed. Even then the Election
+// is no longer the leader when Do returns: the session deletes the key in
+// the background once etcd answers.
 func (e *Election) Do(ctx context.Context, val string, fn func(ctx context.Context) error) error {
 	if err := e.Campaign(ctx, val); err != nil {
 		return err
 	}
-	return runHold(ctx, e.Ctx(), fn, e.Resign)
+	return runHold(ctx, e.Ctx(), fn, e.release)
 }

@@ -40,8 +40,9 @@ var (
 	// with a nil Session.
 	ErrNilSession = errors.New("concurrency: nil session")
 
-	// ErrInvalidTTL is returned by NewSession when WithTTL was given a TTL of
-	// zero or less.
+	// ErrInvalidTTL reports a TTL of zero or less where one is required, as
+	// in etcdlock's --ttl. NewSession does not return it: as etcd's does, it
+	// ignores WithTTL(n) with n <= 0 and logs a warning.
 	ErrInvalidTTL = errors.New("concurrency: TTL must be positive")
 
 	// ErrInvalidPrefix is returned by the methods of a Mutex or Election
@@ -49,16 +50,18 @@ var (
 	// whose name begins with "/".
 	ErrInvalidPrefix = errors.New("concurrency: empty lock prefix")
 
-	// ErrLeaseNotFound is returned by NewSession when WithLease names a lease
-	// that does not exist (any more). It is returned joined with etcd's own
-	// rpctypes.ErrLeaseNotFound.
+	// ErrLeaseNotFound is returned, with ErrSessionExpired and etcd's own
+	// rpctypes.ErrLeaseNotFound, by Lock, TryLock and Campaign when etcd
+	// refused to attach a key to the session's lease because the lease does
+	// not exist: a session adopted (WithLease) a missing lease, or an
+	// orphaned session's lease expired. Nothing was written.
 	ErrLeaseNotFound = errors.New("concurrency: lease not found")
 
 	// ErrElectionNotLeader is returned by Proclaim when the Election is not
 	// the leader: Campaign has not won, Resign was called, or the leader key
-	// is gone. It is also returned, wrapped, by every method of an Election
-	// that ResumeElection was given a key outside the election or a revision
-	// that is not positive.
+	// is gone. It is also returned, wrapped, by Campaign, Proclaim and Resign
+	// of an Election that ResumeElection was given a key outside the
+	// election or a revision that is not positive.
 	ErrElectionNotLeader = errors.New("election: not leader")
 
 	// ErrElectionNoLeader is returned by Leader when the election has no

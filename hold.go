@@ -75,15 +75,23 @@ func holdContext(h *hold) context.Context {
 // the watch has long been in place. A hold held at once is watched after
 // watchDelay or on demand, promptly (fromNow).
 func newHold(s *Session, key string, rev, seenRev int64, wait context.CancelCauseFunc) *hold {
-	// The session's cause (wrapping ErrSessionExpired) passes to the hold.
-	ctx, cancel := context.WithCancelCause(s.ctx)
-	h := &hold{s: s, key: key, rev: rev, seenRev: seenRev, ctx: ctx, cancel: cancel, wait: wait}
+	h := lazyHold(s, key, rev, seenRev)
+	h.wait = wait
 	if wait != nil {
 		h.watch(fromSeen)
 	} else {
 		h.timer = time.AfterFunc(watchDelay, func() { h.watch(fromNow) })
 	}
 	return h
+}
+
+// lazyHold is a hold that is watched only on demand (holdContext): a
+// resumed leadership that nobody may ever use costs nothing until it is.
+func lazyHold(s *Session, key string, rev, seenRev int64) *hold {
+	// The session's cause (wrapping ErrSessionExpired) passes to the hold.
+	// An orphaned session's holds go on: their watch tells when they end.
+	ctx, cancel := context.WithCancelCause(s.life)
+	return &hold{s: s, key: key, rev: rev, seenRev: seenRev, ctx: ctx, cancel: cancel}
 }
 
 // watch starts the goroutine that watches the key, unless it runs already,
@@ -118,25 +126,19 @@ func (h *hold) watchKey(ctx context.Context, from start, done chan<- struct{}) {
 	defer close(done)
 	seenRev := h.seenRev
 	for ctx.Err() == nil {
+		// waitDelete outlasts lost connections and leaderless members; it
+		// fails only on a refusal (permission denied) that may yet pass:
+		// try again, until the key goes or the hold ends. The session's
+		// deadline bounds how long a hold can outlive a dead connection.
 		err := waitDelete(ctx, h.s.client, h.key, h.rev, seenRev, from)
 		if err == nil {
 			h.lost()
 			return
 		}
-		// Watching failed (no leader, connection lost): try again until the
-		// key goes or the hold ends; the session's deadline bounds how long
-		// a hold can outlive a dead connection.
 		if !sleepCtx(ctx, retryInterval) {
 			return
 		}
-		resp, err := h.s.client.Get(ctx, h.key)
-		if err == nil {
-			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
-				h.lost()
-				return
-			}
-			seenRev, from = resp.Header.Revision, fromSeen
-		}
+		seenRev, from = 0, fromNow
 	}
 }
 
@@ -170,7 +172,8 @@ func (h *hold) held() {
 
 // release deletes the hold's key, if it is still this hold's, and ends the
 // hold: with ErrLockReleased, or with ErrLockLost if the key was already
-// gone. If the delete fails while the session lives, the hold goes on,
+// gone. The delete is retried while etcd is unreachable or has no leader,
+// until ctx ends. If it fails while the session lives, the hold goes on,
 // watched again, and release returns the error with ended false: the
 // caller may retry. Once the session has ended, the hold ends anyway (its
 // key goes with the lease) and the error is returned with ended true. The
@@ -180,16 +183,20 @@ func (h *hold) release(ctx context.Context) (ended bool, err error) {
 	h.releasing = true
 	h.mu.Unlock()
 	h.unwatch()
-	deleted, err := deleteRev(ctx, h.s.client, h.key, h.rev)
+	var deleted bool
+	err = retry(ctx, func() (err error) {
+		deleted, err = deleteRev(ctx, h.s.client, h.key, h.rev)
+		return err
+	})
 	switch {
-	case err != nil && h.s.ctx.Err() == nil:
+	case err != nil && h.s.life.Err() == nil:
 		h.mu.Lock()
 		h.releasing = false
 		h.mu.Unlock()
 		h.watch(fromNow)
 		return false, err
 	case err != nil:
-		h.end(context.Cause(h.s.ctx))
+		h.end(context.Cause(h.s.life))
 	case deleted:
 		h.end(ErrLockReleased)
 	default:
@@ -208,16 +215,4 @@ func (h *hold) end(cause error) {
 	h.ended = true
 	h.mu.Unlock()
 	h.unwatch()
-}
-
-// sleepCtx waits for d or for ctx to end, and reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -2,6 +2,7 @@ package concurrency
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -154,9 +155,33 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if !ended {
 		return err // still held: Unlock may be retried
 	}
-	m.s.unuse(ctx, m.key, m.rev, false)
+	m.forget(ctx, keep)
+	return err
+}
+
+// forget drops the state of a hold that has ended, and hands the key to
+// the session as then says. The caller holds m.mu.
+func (m *Mutex) forget(ctx context.Context, then cleanup) {
+	m.s.unuse(ctx, m.key, m.rev, then)
 	m.rev, m.held = 0, false
 	<-m.sem
+}
+
+// release is Do's Unlock: if the delete fails, the Mutex is released here
+// all the same, and the session deletes the key in the background once etcd
+// answers, so that a failed release never leaves the Mutex locked for the
+// next Do or Lock.
+func (m *Mutex) release(ctx context.Context) error {
+	err := m.Unlock(ctx)
+	if err == nil || errors.Is(err, ErrLockReleased) {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held {
+		m.hold.end(fmt.Errorf("%w: released here; the key is deleted in the background: %w", ErrLockReleased, err))
+		m.forget(ctx, deleteLater)
+	}
 	return err
 }
 
@@ -240,31 +265,35 @@ func (m *Mutex) Txn(ctx context.Context) clientv3.Txn {
 }
 
 // Do locks m, runs fn with a context that ends when ctx ends or the hold
-// does, and unlocks. The unlock uses a fresh context bounded by
-// cleanupTimeout, so it runs even if ctx has ended. Do returns fn's error,
-// joined with an error matching ErrLockLost or ErrSessionExpired if the
-// hold ended before fn returned (fn's writes may then not have been
-// exclusive) and with Unlock's error if it failed.
+// does, and unlocks, also when fn panics (the panic then goes on). The
+// unlock uses a fresh context bounded by cleanupTimeout, so it runs even if
+// ctx has ended. Do returns fn's error, joined with an error matching
+// ErrLockLost or ErrSessionExpired if the hold ended before fn returned
+// (fn's writes may then not have been exclusive) and with Unlock's error if
+// it failed. Even then m is no longer held when Do returns: the session
+// deletes the key in the background once etcd answers.
 func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	if err := m.Lock(ctx); err != nil {
 		return err
 	}
-	return runHold(ctx, m.Ctx(), fn, m.Unlock)
+	return runHold(ctx, m.Ctx(), fn, m.release)
 }
 
 type lockerMutex struct{ *Mutex }
 
-// Lock calls Mutex.Lock with the client's context and panics on error.
+// Lock calls Mutex.Lock with the client's context and panics with the
+// error, as etcd's does, so that a recover can match it with errors.Is.
 func (lm *lockerMutex) Lock() {
 	if err := lm.Mutex.Lock(lm.ctx()); err != nil {
-		panic("concurrency: Locker.Lock: " + err.Error())
+		panic(err)
 	}
 }
 
-// Unlock calls Mutex.Unlock with the client's context and panics on error.
+// Unlock calls Mutex.Unlock with the client's context and panics with the
+// error.
 func (lm *lockerMutex) Unlock() {
 	if err := lm.Mutex.Unlock(lm.ctx()); err != nil {
-		panic("concurrency: Locker.Unlock: " + err.Error())
+		panic(err)
 	}
 }
 
@@ -277,7 +306,8 @@ func (lm *lockerMutex) ctx() context.Context {
 
 // NewLocker returns a sync.Locker backed by a Mutex on session s.
 //
-// Its Lock and Unlock PANIC on any error, as etcd's do: when the session
+// Its Lock and Unlock PANIC on any error, with the error as the panic value,
+// as etcd's do: when the session
 // ends, when etcd cannot be reached, when the client is closed. Lock waits
 // with no deadline but the client's. Prefer a Mutex, whose methods take a
 // context and return errors; a nil session or empty name panics at the

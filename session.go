@@ -9,27 +9,22 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 const defaultSessionTTL = 60
 
-// retryInterval is the longest a session waits between two keepalive
-// attempts after one has failed.
-const retryInterval = 500 * time.Millisecond
-
-// renewTimeout bounds one keepalive attempt, so that a renewal stuck on a
-// dead connection is retried (on a new one) well before the deadline.
-const renewTimeout = 5 * time.Second
-
 // Session is a lease and the goroutine that keeps it alive. Keys that a
 // Mutex or Election writes are attached to the lease, so they vanish when the
-// lease ends: a hold lasts at most as long as its session.
+// lease ends: a hold lasts at most as long as its lease.
 //
 // Unlike etcd's package, a Session renews its lease with its own keepalive
 // loop so that it knows when each renewal was sent. It keeps a conservative
 // deadline, the send time of the last answered keepalive plus the granted
 // TTL minus a small margin, and ends (Done, Ctx) when that deadline passes
-// without a renewal: before the server can expire the lease, not after.
+// without a renewal: before the server can expire the lease, not after. The
+// goroutine that renews never waits on anything else: deleting keys left
+// over from failed or cancelled calls is done by a second goroutine.
 //
 // A Session is safe for use by several goroutines.
 type Session struct {
@@ -38,27 +33,54 @@ type Session struct {
 	id     clientv3.LeaseID
 	ttl    time.Duration // as granted by the server; fixed for the lease's life
 
-	ctx    context.Context // cancelled, with a cause wrapping ErrSessionExpired, when the session ends
+	// life is cancelled, with a cause wrapping ErrSessionExpired, when the
+	// lease is gone or can no longer be trusted: revoked, expired, not
+	// renewed before the conservative deadline while this session renewed
+	// it, the WithContext context ended, or Close. Waits and holds end with
+	// it. Orphan does not end it: the lease is someone else's to renew.
+	life    context.Context
+	endLife context.CancelCauseFunc
+	// ctx is Ctx and Done: life, also cancelled by Orphan, as in etcd's
+	// package.
+	ctx    context.Context
 	cancel context.CancelCauseFunc
-	donec  chan struct{} // closed when the keepalive goroutine has returned
-	checkc chan struct{} // asks the keepalive goroutine to renew (and so check) the lease now
 
-	mu       sync.Mutex // guards deadline, users and stale
+	done   sync.WaitGroup // the keepalive and cleanup goroutines
+	checkc chan struct{}  // asks the keepalive goroutine to renew (and so check) the lease now
+	sweepc chan struct{}  // asks the cleanup goroutine to delete leftover keys
+
+	mu       sync.Mutex // guards deadline and keys
 	deadline time.Time
-	users    map[string]int   // lock key -> Mutexes and Elections of this session using it
-	stale    map[string]int64 // lock key -> create revision (0: unknown) of keys whose cleanup failed
+	keys     map[string]*keyState // lock keys this session uses or must clean up
+}
 
-	sweepMu sync.Mutex // serialises deleting unused keys with use
+// keyState is what a session knows of one of its lock keys.
+type keyState struct {
+	users int // Mutexes and Elections of this session using the key
+	// stale: deleting the key failed; the cleanup goroutine retries, by
+	// create revision rev (0: by lease).
+	stale bool
+	rev   int64
+	// suspect: until then, an enqueue of the key whose outcome is unknown
+	// may still be applied by etcd; while nobody uses the key, the cleanup
+	// goroutine deletes it by lease after each renewal (see acquire).
+	suspect time.Time
+	// deleting is closed when a delete of the key in flight ends; nil when
+	// none is. A use waits for it, so that no new user adopts an
+	// incarnation that is being deleted.
+	deleting chan struct{}
 }
 
 // NewSession grants a lease (or adopts the one given with WithLease) and
 // starts keeping it alive. It blocks for one round trip to etcd, bounded by
 // the context given with WithContext (default: the client's).
 //
-// It returns an error matching ErrNilClient for a nil client, ErrInvalidTTL
-// for WithTTL(n) with n <= 0, and ErrLeaseNotFound when WithLease names a
-// lease that does not exist; on error nothing is left running and no lease
-// is granted.
+// It returns an error matching ErrNilClient for a nil client; on error
+// nothing is left running and no lease is granted. As in etcd's package,
+// WithLease on a lease that does not exist (etcd's election service passes
+// lease -1 to sessions that only read) gives a session that has already
+// ended: Leader and Observe work on it, while Lock and Campaign return an
+// error matching ErrSessionExpired and ErrLeaseNotFound and write nothing.
 func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error) {
 	if client == nil {
 		return nil, ErrNilClient
@@ -67,13 +89,14 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.err != nil {
-		return nil, o.err
+	if o.badTTL {
+		client.GetLogger().Warn("concurrency: WithTTL(): TTL should be > 0, keeping the current TTL", zap.Int("ttl", o.ttl))
 	}
 
 	id := o.leaseID
 	sent := time.Now()
 	var granted int64
+	var missing error
 	if id == clientv3.NoLease {
 		resp, err := client.Grant(o.ctx, int64(o.ttl))
 		if err != nil {
@@ -81,16 +104,17 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 		}
 		id, granted = resp.ID, resp.TTL
 	} else {
-		// etcd's package starts a keepalive on a missing lease and hands back a
-		// session that is already dead; renewing once first gives a clear error.
+		// Renew the adopted lease once, to learn its TTL (and so the
+		// deadline) before anything is attached to it.
 		resp, err := client.KeepAliveOnce(o.ctx, id)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return nil, fmt.Errorf("%w: %x: %w", ErrLeaseNotFound, int64(id), err)
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			missing = fmt.Errorf("%w: lease %x: %w: %w", ErrSessionExpired, int64(id), ErrLeaseNotFound, err)
+		case err != nil:
 			return nil, err
+		default:
+			granted = resp.TTL
 		}
-		granted = resp.TTL
 	}
 
 	s := &Session{
@@ -98,17 +122,27 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 		opts:   o,
 		id:     id,
 		ttl:    time.Duration(granted) * time.Second,
-		donec:  make(chan struct{}),
 		checkc: make(chan struct{}, 1),
-		users:  make(map[string]int),
-		stale:  make(map[string]int64),
+		sweepc: make(chan struct{}, 1),
+		keys:   make(map[string]*keyState),
 	}
-	// The session's context carries the caller's values but not its
-	// cancellation: run cancels it itself, so that its cause always wraps
-	// ErrSessionExpired.
-	s.ctx, s.cancel = context.WithCancelCause(context.WithoutCancel(o.ctx))
+	// The session's contexts carry the caller's values but not its
+	// cancellation: the session cancels them itself, so that their cause
+	// always wraps ErrSessionExpired.
+	s.life, s.endLife = context.WithCancelCause(context.WithoutCancel(o.ctx))
+	s.ctx, s.cancel = context.WithCancelCause(s.life)
 	s.deadline = deadlineAfter(sent, s.ttl)
+	if missing != nil {
+		s.endLife(missing)
+		return s, nil
+	}
+	stop := context.AfterFunc(o.ctx, func() {
+		s.endLife(fmt.Errorf("%w: session context ended: %w", ErrSessionExpired, context.Cause(o.ctx)))
+	})
+	context.AfterFunc(s.life, func() { stop() })
+	s.done.Add(2)
 	go s.run()
+	go s.sweeper()
 	return s, nil
 }
 
@@ -130,7 +164,8 @@ func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
 
 // Deadline returns the session's conservative deadline: the time before
 // which the server cannot have expired the lease, as far as this client
-// knows. The session ends when it passes without a renewal.
+// knows. The session ends when it passes without a renewal. After Orphan it
+// is the last deadline computed, and ends nothing.
 func (s *Session) Deadline() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -138,26 +173,43 @@ func (s *Session) Deadline() time.Time {
 }
 
 // Orphan stops renewing the lease without revoking it, and returns once the
-// keepalive goroutine has stopped. Keys on the lease live on until it
-// expires (or is adopted by another session with WithLease). This is useful
-// when the connection state is unknown (a revoke could hang) or to hand the
-// lease to another process.
+// session's goroutines have stopped; it does not wait on the network. Keys
+// on the lease live on until the lease expires or is revoked, and the lease
+// may be kept alive by someone else: a process that adopts it with
+// WithLease, or a remote client (etcd's Lock and Election services orphan
+// sessions on leases their callers renew).
+//
+// As in etcd's package, Done is closed and Ctx cancelled, but the session
+// stays usable while its lease lives: Lock, TryLock, Campaign, Proclaim,
+// Resign, Unlock, Leader and Observe work as before. Once the lease is gone,
+// Lock and Campaign fail with an error matching ErrSessionExpired and
+// ErrLeaseNotFound and leave no key. A hold on an orphaned session (Mutex.Ctx,
+// Election.Ctx) has no conservative deadline, since nobody here renews the
+// lease: it ends when its key is deleted, which the hold's watch sees
+// (ErrLockLost), when the lease expires or is revoked, or at Close.
 func (s *Session) Orphan() {
 	s.cancel(fmt.Errorf("%w: session orphaned", ErrSessionExpired))
-	<-s.donec
+	s.done.Wait()
 }
 
-// Close orphans the session and revokes its lease, which deletes every key
-// attached to it. The revoke is bounded by the lease TTL and by the
-// WithContext context: if that context has ended, the lease is left to
-// expire and its error is returned. Closing a session whose lease is already
-// gone, or closing twice, returns nil.
+// Close ends the session and revokes its lease, which deletes every key
+// attached to it. The revoke is retried while etcd is unreachable, bounded
+// by the lease TTL and by the WithContext context: if that ends first, the
+// lease is left to expire and the error is returned. Closing a session
+// whose lease is already gone, or closing twice, returns nil.
 func (s *Session) Close() error {
+	s.endLife(fmt.Errorf("%w: session closed", ErrSessionExpired))
 	s.Orphan()
+	if s.ttl == 0 {
+		return nil // WithLease on a missing lease: nothing to revoke
+	}
 	// If the revoke takes longer than the TTL, the lease has expired anyway.
 	ctx, cancel := context.WithTimeout(s.opts.ctx, s.ttl)
 	defer cancel()
-	_, err := s.client.Revoke(ctx, s.id)
+	err := retry(ctx, func() error {
+		_, err := s.client.Revoke(ctx, s.id)
+		return err
+	})
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return nil
 	}
@@ -166,9 +218,10 @@ func (s *Session) Close() error {
 
 // run renews the lease every TTL/3, and sooner when asked through checkc,
 // until the session ends. After a failed renewal it retries every
-// retryInterval at most, until the conservative deadline passes.
+// retryInterval at most, until the conservative deadline passes. It never
+// waits on anything but a renewal, itself bounded by renewTimeout.
 func (s *Session) run() {
-	defer close(s.donec)
+	defer s.done.Done()
 	next := time.NewTimer(s.ttl / 3)
 	defer next.Stop()
 	expiry := time.NewTimer(time.Until(s.Deadline()))
@@ -177,11 +230,8 @@ func (s *Session) run() {
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-s.opts.ctx.Done():
-			s.cancel(fmt.Errorf("%w: session context ended: %w", ErrSessionExpired, context.Cause(s.opts.ctx)))
-			return
 		case <-expiry.C:
-			s.cancel(fmt.Errorf("%w: lease %x not renewed before its deadline", ErrSessionExpired, int64(s.id)))
+			s.endLife(fmt.Errorf("%w: lease %x not renewed before its deadline", ErrSessionExpired, int64(s.id)))
 			return
 		case <-s.checkc:
 		case <-next.C:
@@ -192,14 +242,23 @@ func (s *Session) run() {
 		case err == nil:
 			expiry.Reset(time.Until(s.Deadline()))
 			next.Reset(s.ttl / 3)
-			s.sweep()
+			s.kickSweeper()
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			s.cancel(fmt.Errorf("%w: lease %x revoked or expired", ErrSessionExpired, int64(s.id)))
+			s.endLife(fmt.Errorf("%w: lease %x revoked or expired", ErrSessionExpired, int64(s.id)))
 			return
 		default:
 			next.Reset(min(s.ttl/3, retryInterval))
 		}
 	}
+}
+
+// renewTimeout bounds one keepalive attempt, so that a renewal stuck on a
+// dead connection is retried (on another connection) well before the
+// deadline: a sixth of the TTL, between 100 ms and 5 s. With a TTL of 6 s a
+// stuck attempt gives up after 1 s, leaving time for three more before the
+// deadline.
+func (s *Session) renewTimeout() time.Duration {
+	return min(max(s.ttl/6, 100*time.Millisecond), 5*time.Second)
 }
 
 // renew sends one keepalive and, when it is answered, moves the deadline to
@@ -209,7 +268,7 @@ func (s *Session) renew() error {
 	sent := time.Now()
 	ctx, cancel := context.WithDeadline(s.ctx, s.Deadline())
 	defer cancel()
-	ctx, cancel2 := context.WithTimeout(ctx, renewTimeout)
+	ctx, cancel2 := context.WithTimeout(ctx, s.renewTimeout())
 	defer cancel2()
 	resp, err := s.client.KeepAliveOnce(ctx, s.id)
 	if err != nil {
@@ -232,7 +291,8 @@ func deadlineAfter(sent time.Time, ttl time.Duration) time.Time {
 }
 
 // check asks the keepalive goroutine to renew the lease now; a lease that is
-// gone then ends the session. It never blocks.
+// gone then ends the session. It never blocks, and does nothing once the
+// session no longer renews (orphaned or ended).
 func (s *Session) check() {
 	select {
 	case s.checkc <- struct{}{}:
@@ -240,75 +300,203 @@ func (s *Session) check() {
 	}
 }
 
+// leaseGone ends the session's life after etcd refused a write because the
+// lease does not exist, and returns the error for the caller.
+func (s *Session) leaseGone(err error) error {
+	err = fmt.Errorf("%w: lease %x: %w: %w", ErrSessionExpired, int64(s.id), ErrLeaseNotFound, err)
+	s.endLife(err)
+	return err
+}
+
 // cleanupTimeout bounds each attempt to delete a lock key after a failed or
 // cancelled Lock (etcd #18082: etcd's package used the client's context and
 // could hang while etcd was unreachable).
 const cleanupTimeout = 5 * time.Second
 
+// lateApplyWindow is how long after an enqueue of unknown outcome the
+// session keeps deleting the key whenever nobody uses it (at least a TTL):
+// etcd applies or drops a proposal within its request timeout (7 s by
+// default) plus a leader election, far less than this.
+const lateApplyWindow = time.Minute
+
 // use records that a Mutex or Election of this session is about to write or
 // wait on key, so that the session neither deletes it as stale nor lets a
-// failed Lock on another Mutex sharing the key delete it.
-func (s *Session) use(key string) {
-	s.sweepMu.Lock()
-	defer s.sweepMu.Unlock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.users[key]++
-	delete(s.stale, key)
+// failed Lock on another Mutex sharing the key delete it. If a delete of key
+// is in flight and wait is true, use first waits for it to end (at most
+// cleanupTimeout), or returns ctx's error if ctx ends first, in which case
+// the key is not used.
+func (s *Session) use(ctx context.Context, key string, wait bool) error {
+	for {
+		s.mu.Lock()
+		k := s.keys[key]
+		if k == nil {
+			k = &keyState{}
+			s.keys[key] = k
+		}
+		if d := k.deleting; d != nil && wait {
+			s.mu.Unlock()
+			select {
+			case <-d:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		k.users++
+		k.stale = false
+		s.mu.Unlock()
+		return nil
+	}
 }
 
-// unuse undoes use. With remove, and when no other user of this session is
-// left on key, it also deletes key: by create revision rev, or by lease when
-// rev is 0 (unknown). The delete uses a fresh context bounded by
-// cleanupTimeout, because ctx may already be done. When it fails, the key is
-// remembered and deleted after the next successful renewal, so that a lock
-// key is never left behind for as long as the session lives.
-func (s *Session) unuse(ctx context.Context, key string, rev int64, remove bool) {
-	s.sweepMu.Lock()
-	defer s.sweepMu.Unlock()
+// cleanup says what unuse does with a key that no other user of the session
+// is left on.
+type cleanup int
+
+const (
+	keep        cleanup = iota // leave it: it was released, or is still held
+	deleteNow                  // delete it before returning, within cleanupTimeout
+	deleteLater                // leave it to the cleanup goroutine
+)
+
+// unuse undoes use. When no other user of this session is left on key, it
+// keeps, deletes or hands to the cleanup goroutine the key as then says: by
+// create revision rev, or by lease when rev is 0 (unknown). A delete now uses
+// a fresh context bounded by cleanupTimeout, because ctx may already be
+// done; no lock is held while it runs. When it fails, the key is deleted by
+// the cleanup goroutine once etcd answers again, so that a lock key is never
+// left behind for as long as the session lives.
+func (s *Session) unuse(ctx context.Context, key string, rev int64, then cleanup) {
 	s.mu.Lock()
-	s.users[key]--
-	last := s.users[key] <= 0
-	if last {
-		delete(s.users, key)
-	}
-	s.mu.Unlock()
-	if !remove || !last {
+	k := s.keys[key]
+	k.users--
+	if k.users > 0 || then == keep {
+		s.forgetLocked(key, k)
+		s.mu.Unlock()
 		return
 	}
+	if then == deleteLater {
+		k.stale, k.rev = true, rev
+		s.mu.Unlock()
+		s.check()
+		s.kickSweeper()
+		return
+	}
+	k.deleting = make(chan struct{})
+	s.mu.Unlock()
+
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	// A closed client cannot delete anything: do not retry until the timeout.
 	defer context.AfterFunc(s.client.Ctx(), cancel)()
-	if err := s.deleteKey(ctx, key, rev); err != nil {
-		s.mu.Lock()
-		s.stale[key] = rev
-		s.mu.Unlock()
+	err := s.deleteKey(ctx, key, rev)
+	s.deleted(key, rev, err)
+	if err != nil {
 		s.check()
 	}
 }
 
-// sweep deletes the keys whose cleanup failed earlier.
-func (s *Session) sweep() {
-	s.sweepMu.Lock()
-	defer s.sweepMu.Unlock()
+// deleted ends a delete of key that unuse or sweep started: on failure the
+// key is left stale, for the cleanup goroutine.
+func (s *Session) deleted(key string, rev int64, err error) {
 	s.mu.Lock()
-	stale := make(map[string]int64, len(s.stale))
-	for k, rev := range s.stale {
-		stale[k] = rev
+	defer s.mu.Unlock()
+	k := s.keys[key]
+	close(k.deleting)
+	k.deleting = nil
+	if err != nil && k.users == 0 {
+		k.stale, k.rev = true, rev
+	} else if err == nil && k.rev == rev {
+		k.stale = false
+	}
+	s.forgetLocked(key, k)
+}
+
+// forgetLocked drops the state of key once nothing is left to do for it.
+// The caller holds s.mu.
+func (s *Session) forgetLocked(key string, k *keyState) {
+	if k.users <= 0 && !k.stale && k.deleting == nil && time.Now().After(k.suspect) {
+		delete(s.keys, key)
+	}
+}
+
+// suspect marks key, whose enqueue failed with an unknown outcome, for the
+// cleanup goroutine (see lateApplyWindow).
+func (s *Session) suspect(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k := s.keys[key]; k != nil {
+		k.suspect = time.Now().Add(max(lateApplyWindow, s.ttl))
+	}
+}
+
+// kickSweeper asks the cleanup goroutine to run. It never blocks.
+func (s *Session) kickSweeper() {
+	select {
+	case s.sweepc <- struct{}{}:
+	default:
+	}
+}
+
+// sweeper is the cleanup goroutine: after each renewal, and when asked, it
+// deletes the keys whose cleanup failed and the suspect keys nobody uses,
+// until the session ends or is orphaned.
+func (s *Session) sweeper() {
+	defer s.done.Done()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.sweepc:
+		}
+		s.sweep()
+	}
+}
+
+// sweep deletes, one at a time, each unused key that is stale or suspect.
+// It stops at the first failure: the next renewal tries again. A suspect
+// key is deleted by lease, and stays suspect until its window passes.
+func (s *Session) sweep() {
+	now := time.Now()
+	s.mu.Lock()
+	var keys []string
+	for key, k := range s.keys {
+		if k.users <= 0 && (k.stale || now.Before(k.suspect)) {
+			keys = append(keys, key)
+		} else {
+			s.forgetLocked(key, k)
+		}
 	}
 	s.mu.Unlock()
-	for key, rev := range stale {
+	for _, key := range keys {
+		rev, ok := s.startSweep(key, now)
+		if !ok {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(s.ctx, cleanupTimeout)
 		err := s.deleteKey(ctx, key, rev)
 		cancel()
+		s.deleted(key, rev, err)
 		if err != nil {
 			return
 		}
-		s.mu.Lock()
-		delete(s.stale, key)
-		s.mu.Unlock()
 	}
+}
+
+// startSweep marks key as being deleted by sweep, if it still needs to be,
+// and returns the create revision to delete it by (0: by lease).
+func (s *Session) startSweep(key string, now time.Time) (rev int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.keys[key]
+	if k == nil || k.users > 0 || k.deleting != nil || !k.stale && !now.Before(k.suspect) {
+		return 0, false
+	}
+	k.deleting = make(chan struct{})
+	if k.stale {
+		return k.rev, true
+	}
+	return 0, true
 }
 
 // deleteKey deletes key if it has create revision rev or, when rev is 0,
@@ -342,21 +530,23 @@ func deleteRev(ctx context.Context, client *clientv3.Client, key string, rev int
 
 type sessionOptions struct {
 	ttl     int
+	badTTL  bool // WithTTL was given a TTL of zero or less, ignored
 	leaseID clientv3.LeaseID
 	ctx     context.Context
-	err     error // the first invalid option
 }
 
 // SessionOption configures a Session.
 type SessionOption func(*sessionOptions)
 
 // WithTTL sets the session's TTL in seconds (default 60). The server may
-// grant more. A TTL of zero or less makes NewSession return an error matching
-// ErrInvalidTTL; etcd's package silently kept the default instead.
+// grant more. As in etcd's package, a TTL of zero or less is ignored (the
+// TTL set before, or the default, is kept), and NewSession logs a warning
+// through the client's logger.
 func WithTTL(ttl int) SessionOption {
 	return func(o *sessionOptions) {
-		if ttl <= 0 && o.err == nil {
-			o.err = fmt.Errorf("%w: WithTTL(%d)", ErrInvalidTTL, ttl)
+		if ttl <= 0 {
+			o.badTTL = true
+			return
 		}
 		o.ttl = ttl
 	}
@@ -364,8 +554,9 @@ func WithTTL(ttl int) SessionOption {
 
 // WithLease makes the session adopt an existing lease instead of granting a
 // new one, for example to reclaim a lock or leadership after a restart.
-// NewSession renews it once and returns an error matching ErrLeaseNotFound if
-// it no longer exists. WithTTL is ignored: the lease keeps its own TTL.
+// NewSession renews it once, to learn its TTL; if the lease does not exist,
+// the session has already ended (see NewSession). WithTTL is ignored: the
+// lease keeps its own TTL.
 func WithLease(leaseID clientv3.LeaseID) SessionOption {
 	return func(o *sessionOptions) { o.leaseID = leaseID }
 }

@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
@@ -47,21 +46,42 @@ func TestSessionDefaultTTL(t *testing.T) {
 
 func TestSessionBadInput(t *testing.T) {
 	etcdtest.Begin(t)
-	c := sharedClient(t)
 	if _, err := concurrency.NewSession(nil); !errors.Is(err, concurrency.ErrNilClient) {
 		t.Errorf("NewSession(nil) = %v, want ErrNilClient", err)
 	}
-	for _, ttl := range []int{0, -1} {
-		if _, err := concurrency.NewSession(c, concurrency.WithTTL(ttl)); !errors.Is(err, concurrency.ErrInvalidTTL) {
-			t.Errorf("WithTTL(%d): %v, want ErrInvalidTTL", ttl, err)
+}
+
+// etcdctl lock --ttl 0 passes WithTTL(0): etcd's package keeps the TTL it
+// had (the default) and logs a warning; so does this one.
+func TestSessionNonPositiveTTLKeepsDefault(t *testing.T) {
+	etcdtest.Begin(t)
+	c := sharedClient(t)
+	for _, opts := range [][]concurrency.SessionOption{
+		{concurrency.WithTTL(0)},
+		{concurrency.WithTTL(-1)},
+		{concurrency.WithTTL(30), concurrency.WithTTL(0)},
+	} {
+		s := newSession(t, c, opts...)
+		resp, err := c.TimeToLive(t.Context(), s.Lease())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := int64(60)
+		if len(opts) == 2 {
+			want = 30
+		}
+		if resp.GrantedTTL != want {
+			t.Errorf("%d options: granted TTL = %d, want %d", len(opts), resp.GrantedTTL, want)
 		}
 	}
 }
 
-// etcd's package returns a session that is already dead for a lease that
-// does not exist.
+// As etcd's package does, NewSession on a lease that does not exist returns
+// a session that has already ended (etcd's election service opens one on
+// lease -1 only to read). Reads work on it; Lock and Campaign fail at once
+// with a clear error and write nothing.
 func TestSessionWithMissingLease(t *testing.T) {
-	etcdtest.Begin(t)
+	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	grant, err := c.Grant(t.Context(), 30)
 	if err != nil {
@@ -70,21 +90,36 @@ func TestSessionWithMissingLease(t *testing.T) {
 	if _, err := c.Revoke(t.Context(), grant.ID); err != nil {
 		t.Fatal(err)
 	}
-	_, err = concurrency.NewSession(c, concurrency.WithLease(grant.ID))
-	if !errors.Is(err, concurrency.ErrLeaseNotFound) || !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		t.Fatalf("NewSession(WithLease(revoked)) = %v, want ErrLeaseNotFound", err)
-	}
-	// etcd's package hands back a session, already dead.
-	s, err := etcdconc.NewSession(c, etcdconc.WithLease(grant.ID))
-	if err != nil {
-		t.Fatalf("etcd's package no longer shows the bug: NewSession = %v", err)
-	}
-	defer s.Close()
-	select {
-	case <-s.Done():
-		t.Log("etcd's package, as expected: NewSession returned no error and a session whose Done is closed")
-	case <-time.After(5 * time.Second):
-		t.Fatal("etcd's session on a revoked lease is not done after 5 s")
+	for _, id := range []clientv3.LeaseID{grant.ID, -1} {
+		s, err := concurrency.NewSession(c, concurrency.WithLease(id))
+		if err != nil {
+			t.Fatalf("NewSession(WithLease(%x)) = %v, want a session as etcd's gives", int64(id), err)
+		}
+		select {
+		case <-s.Done():
+		default:
+			t.Fatalf("lease %x: the session on a missing lease has not ended", int64(id))
+		}
+		if cause := context.Cause(s.Ctx()); !errors.Is(cause, concurrency.ErrLeaseNotFound) {
+			t.Errorf("lease %x: cause %v, want ErrLeaseNotFound", int64(id), cause)
+		}
+		err = concurrency.NewMutex(s, pfx).Lock(t.Context())
+		if !errors.Is(err, concurrency.ErrSessionExpired) || !errors.Is(err, concurrency.ErrLeaseNotFound) {
+			t.Errorf("lease %x: Lock = %v, want ErrSessionExpired and ErrLeaseNotFound", int64(id), err)
+		}
+		e := concurrency.NewElection(s, pfx)
+		if err := e.Campaign(t.Context(), "v"); !errors.Is(err, concurrency.ErrLeaseNotFound) {
+			t.Errorf("lease %x: Campaign = %v, want ErrLeaseNotFound", int64(id), err)
+		}
+		if _, err := e.Leader(t.Context()); !errors.Is(err, concurrency.ErrElectionNoLeader) {
+			t.Errorf("lease %x: Leader = %v, want ErrElectionNoLeader", int64(id), err)
+		}
+		if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
+			t.Errorf("lease %x: %d keys left", int64(id), n)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("lease %x: Close = %v", int64(id), err)
+		}
 	}
 }
 

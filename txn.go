@@ -68,18 +68,22 @@ func (t *guardedTxn) Commit() (*clientv3.TxnResponse, error) {
 
 // runHold runs fn for Mutex.Do and Election.Do: with a context that ends
 // with ctx or with the hold (holdCtx), then releases the hold with a fresh
-// context bounded by cleanupTimeout.
-func runHold(ctx, holdCtx context.Context, fn func(context.Context) error, release func(context.Context) error) error {
+// context bounded by cleanupTimeout. The release is deferred, so that a
+// panic in fn that the caller recovers (net/http recovers each request's)
+// does not leave the lock held for the life of the session.
+func runHold(ctx, holdCtx context.Context, fn func(context.Context) error, release func(context.Context) error) (err error) {
 	fctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(holdCtx, func() { cancel(context.Cause(holdCtx)) })
-	err := fn(fctx)
-	stop()
-	cancel(nil)
-	var lost error
-	if holdCtx.Err() != nil {
-		lost = context.Cause(holdCtx)
-	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer rcancel()
-	return errors.Join(err, lost, release(rctx))
+	defer func() {
+		stop()
+		cancel(nil)
+		var lost error
+		if holdCtx.Err() != nil {
+			lost = context.Cause(holdCtx)
+		}
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer rcancel()
+		err = errors.Join(err, lost, release(rctx))
+	}()
+	return fn(fctx)
 }

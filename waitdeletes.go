@@ -11,9 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// This file holds the queue algorithm shared by Mutex and Election. A lock
-// name pfx is a queue of keys pfx+hex(lease), ordered by create revision;
-// the key with the smallest create revision holds the lock. A waiter watches
+// This file holds the wait shared by every primitive on the queue (see
+// queue.go). A waiter watches
 // only its predecessor, the newest key older than its own (so a delete wakes
 // one waiter, not the whole queue), and its own key (so it returns as soon
 // as its own key or lease is gone, etcd #19597).
@@ -29,133 +28,17 @@ import (
 // hold), whose deletion is rare and off the handoff path, starts right
 // after the read and never costs a read (see start).
 
-// lastTwo selects the two newest keys under a prefix: in the transaction that
-// creates a waiter's key, its own key and its predecessor.
-var lastTwo = append(clientv3.WithLastCreate(), clientv3.WithLimit(2))
-
-// acquire takes a place for key, with value val, in the queue pfx (see
-// enqueue) and, if wait, waits until key is first (see waitDeletes). It
-// returns the hold, and the header of the read that showed the key first.
-// waiting, if not nil, is called with the key's create revision when a
-// wait starts, and with 0 when it fails.
-//
-// The wait ends with ctx.Err() when ctx ends, and with an error matching
-// ErrSessionExpired when the session ends or the key is deleted (the hold's
-// watch sees it). Without wait, a key that is not first gives ErrLocked.
-// On every error, the key has been released: deleted, within a bounded
-// time, unless another Mutex or Election of the session still uses it (see
-// Session.unuse).
-func acquire(ctx context.Context, s *Session, pfx, key, val string, update, wait bool, waiting func(rev int64)) (*hold, *pb.ResponseHeader, error) {
-	if s.ctx.Err() != nil {
-		return nil, nil, context.Cause(s.ctx)
-	}
-	s.use(key)
-	q, err := enqueue(ctx, s, pfx, key, val, update)
-	if err != nil {
-		// The put may have been applied: delete the key if it is ours.
-		s.unuse(ctx, key, 0, true)
-		return nil, nil, err
-	}
-	if q.first {
-		return newHold(s, key, q.rev, q.hdr.Revision, nil), q.hdr, nil
-	}
-	if !wait {
-		s.unuse(ctx, key, q.rev, true)
-		return nil, nil, ErrLocked
-	}
-
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(s.ctx, func() { cancel(context.Cause(s.ctx)) })
-	defer stop()
-	h := newHold(s, key, q.rev, q.hdr.Revision, cancel)
-	if waiting != nil {
-		waiting(q.rev)
-	}
-	hdr, err := waitDeletes(wctx, s, pfx, key, q.rev, q.pred, q.hdr.Revision)
-	if err == nil {
-		h.held()
-		return h, hdr, nil
-	}
-	// Say why the wait ended: the caller's context first, so that
-	// errors.Is(err, ctx.Err()) holds, then the session or the key.
-	if ctx.Err() != nil {
-		err = ctx.Err()
-	} else if wctx.Err() != nil {
-		err = context.Cause(wctx)
-	}
-	h.end(err)
-	if waiting != nil {
-		waiting(0)
-	}
-	s.unuse(ctx, key, q.rev, true)
-	return nil, nil, err
-}
-
-// queued is where enqueue left a key in its queue.
-type queued struct {
-	rev   int64              // the key's create revision
-	first bool               // the key is the oldest in the queue: it holds the lock
-	pred  *mvccpb.KeyValue   // the newest older key, when known and not first
-	hdr   *pb.ResponseHeader // of the transaction
-}
-
-// enqueue puts key with value val on the session's lease at the end of the
-// queue pfx, unless the session has it already, in which case it keeps the
-// key's place and sets its value to val if it differs. It takes one
-// transaction, which also reads what decides ownership: when the key is
-// created it is the newest, so the two newest keys are it and its
-// predecessor; when it exists, the oldest key tells whether it is first.
-//
-// Mutex.Lock and TryLock enqueue with update false: a lock key's value is
-// left as it is (etcd's Mutex writes "", etcdlock a description of its
-// holder). Election.Campaign enqueues with update true, as etcd's does.
-//
-// A lease that no longer exists gives an error matching ErrSessionExpired.
-func enqueue(ctx context.Context, s *Session, pfx, key, val string, update bool) (queued, error) {
-	orElse := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)}
-	if update {
-		orElse = append(orElse, clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "!=", val)},
-			[]clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id))},
-			nil))
-	}
-	resp, err := s.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, val, clientv3.WithLease(s.id)), clientv3.OpGet(pfx, lastTwo...)).
-		Else(orElse...).
-		Commit()
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		s.check()
-		return queued{}, fmt.Errorf("%w: lease %x: %w", ErrSessionExpired, int64(s.id), err)
-	}
-	if err != nil {
-		return queued{}, err
-	}
-	q := queued{hdr: resp.Header}
-	if resp.Succeeded {
-		q.rev = resp.Header.Revision
-		kvs := resp.Responses[1].GetResponseRange().Kvs
-		q.first = len(kvs) < 2
-		if !q.first {
-			q.pred = kvs[1]
-		}
-		return q, nil
-	}
-	q.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
-	first := resp.Responses[1].GetResponseRange().Kvs
-	q.first = len(first) == 0 || first[0].CreateRevision == q.rev
-	return q, nil
-}
-
 // waitDeletes blocks until key, created at rev, is the oldest key under pfx,
 // and returns the header of the read that showed it. pred is the newest key
 // older than key as last read at revision seenRev, or nil if unknown. It
 // watches only pred; the key's own deletion ends the wait through ctx (see
 // hold), or is found by the read that follows each deletion of a
-// predecessor (ErrSessionExpired). It leaves key in place: the caller
-// cleans up.
+// predecessor (ErrSessionExpired). A cluster without a leader or a lost
+// connection does not end the wait: it reads again once etcd answers, and
+// keeps its place (etcd's package also kept waiting). It leaves key in
+// place: the caller cleans up.
 func waitDeletes(ctx context.Context, s *Session, pfx, key string, rev int64, pred *mvccpb.KeyValue, seenRev int64) (*pb.ResponseHeader, error) {
+	wait := firstRetry
 	for {
 		if pred != nil {
 			if err := waitDelete(ctx, s.client, string(pred.Key), pred.CreateRevision, seenRev, fromNow); err != nil {
@@ -168,9 +51,18 @@ func waitDeletes(ctx context.Context, s *Session, pfx, key string, rev int64, pr
 			clientv3.OpGet(key),
 			clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...),
 		).Commit()
+		if transient(err) {
+			if !sleepCtx(ctx, wait) {
+				return nil, ctx.Err()
+			}
+			wait = min(2*wait, retryInterval)
+			pred = nil // read again, at once
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
+		wait = firstRetry
 		own := resp.Responses[0].GetResponseRange().Kvs
 		if len(own) == 0 || own[0].CreateRevision != rev {
 			s.check()
@@ -202,22 +94,37 @@ const (
 
 // waitDelete blocks until key, which had create revision createRev in a read
 // at revision seenRev, is deleted or replaced (nil), ctx ends (ctx.Err()),
-// or watching fails for a reason other than compaction. After compaction
-// (the watch could not resume) it reads the key again and watches anew.
+// or watching fails for a reason that waiting cannot fix (that error). After
+// compaction (the watch could not resume), a member without a leader, or a
+// lost connection, it reads the key again, retrying while etcd does not
+// answer, and watches anew.
 func waitDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64, from start) error {
+	wait := firstRetry
 	for {
 		err := watchDelete(ctx, client, key, createRev, seenRev, from)
+		if err == nil || ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if !errors.Is(err, rpctypes.ErrCompacted) {
-			return err
+			if !transient(err) && !errors.Is(err, errWatchClosed) {
+				return err
+			}
+			if !sleepCtx(ctx, wait) {
+				return ctx.Err()
+			}
+			wait = min(2*wait, retryInterval)
 		}
 		resp, err := client.Get(ctx, key)
+		if transient(err) {
+			continue // watch again from seenRev: the key is read once more
+		}
 		if err != nil {
 			return err
 		}
 		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
 			return nil
 		}
-		seenRev = resp.Header.Revision
+		seenRev, from, wait = resp.Header.Revision, fromNow, firstRetry
 	}
 }
 
@@ -270,5 +177,9 @@ func watchUntil(ctx context.Context, client *clientv3.Client, key string, fn fun
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fmt.Errorf("concurrency: watch on %q closed", key)
+	return fmt.Errorf("%w: %q", errWatchClosed, key)
 }
+
+// errWatchClosed is the error of a watch whose channel closed without an
+// error: the client lost its stream, and a new watch may succeed.
+var errWatchClosed = errors.New("concurrency: watch closed")

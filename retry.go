@@ -1,0 +1,67 @@
+package concurrency
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// retryInterval is the longest wait between two attempts of an operation
+// that failed for a reason that may pass: a keepalive, a wait's watch or
+// read, a release.
+const retryInterval = 500 * time.Millisecond
+
+// firstRetry is the wait before the second attempt; each later wait
+// doubles, up to retryInterval.
+const firstRetry = 20 * time.Millisecond
+
+// transient reports whether err is a failure of the cluster or of the
+// connection that a later attempt may not meet: the member has no leader,
+// the leader changed, the request timed out on the server, the connection
+// failed or was reset (all gRPC Unavailable). Context errors, refusals
+// (lease not found, permission denied, compaction) and everything else are
+// not transient.
+func transient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	return status.Code(err) == codes.Unavailable
+}
+
+// retry calls op until it returns an error that is not transient (nil
+// included) or ctx ends, waiting firstRetry, then twice as long each time
+// up to retryInterval, between attempts. It returns op's last error, or
+// ctx's error joined with it when ctx ended first. op must be idempotent.
+func retry(ctx context.Context, op func() error) error {
+	wait := firstRetry
+	for {
+		err := op()
+		if !transient(err) {
+			return err
+		}
+		if !sleepCtx(ctx, wait) {
+			return errors.Join(ctx.Err(), err)
+		}
+		wait = min(2*wait, retryInterval)
+	}
+}
+
+// sleepCtx waits for d or for ctx to end, and reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
