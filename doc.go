@@ -1,9 +1,11 @@
-// Package concurrency is a drop-in replacement for the locking half of
-// etcd's go.etcd.io/etcd/client/v3/concurrency: Session, Mutex and
-// Election, with the same API, the same keys and the same queue order, so
-// that a program compiles and behaves the same after changing only its
-// import path, and so that this package, etcd's package and `etcdctl lock`
-// exclude one another on the same lock name.
+// Package concurrency is a drop-in replacement for etcd's
+// go.etcd.io/etcd/client/v3/concurrency. Its locking half, Session, Mutex
+// and Election, is rewritten with the same API, the same keys and the same
+// queue order, so that a program compiles and behaves the same after
+// changing only its import path, and so that this package, etcd's package
+// and `etcdctl lock` exclude one another on the same lock name. Its
+// software transactional memory (NewSTM and the names around it) is etcd's
+// own, re-exported unchanged.
 //
 // # The contract
 //

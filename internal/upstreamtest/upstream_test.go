@@ -1,8 +1,10 @@
 // Package upstreamtest proves the drop-in promise against etcd's own code:
 // it runs etcd's tests and examples for its concurrency package against
-// this package, with only the import path changed, and it runs `etcdctl
-// lock`, built from this module's graph, against this package's Mutex on
-// the same lock name. Nothing of etcd's is copied into this repository: the
+// this package, with only the import path changed (integration_test.go
+// adds etcd's STM and election integration tests, and the tests of etcd's
+// gRPC Lock and Election services built on this package), and it runs
+// `etcdctl lock`, built from this module's graph, against this package's
+// Mutex on the same lock name. Nothing of etcd's is copied into this repository: the
 // files are read from the module cache when the test runs.
 package upstreamtest
 
@@ -22,8 +24,8 @@ const (
 	ourPkg  = `"github.com/seed-a9d410c6/concurrency"`
 )
 
-// etcdFiles are etcd's tests and examples of Session, Mutex and Election,
-// in go.etcd.io/etcd/tests/v3/integration/clientv3/concurrency.
+// etcdFiles are etcd's tests and examples of Session, Mutex, Election and
+// STM, in go.etcd.io/etcd/tests/v3/integration/clientv3/concurrency.
 var etcdFiles = []string{
 	"main_test.go",
 	"session_test.go",
@@ -31,6 +33,7 @@ var etcdFiles = []string{
 	"election_test.go",
 	"example_mutex_test.go",
 	"example_election_test.go",
+	"example_stm_test.go",
 }
 
 // pkgDir is this package's directory: etcdtest.Main changes the working

@@ -1,0 +1,94 @@
+package concurrency
+
+import (
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// The software transactional memory (STM) half of etcd's package is
+// exposed here unchanged, so that a program that uses it compiles and
+// behaves the same after swapping the import path. etcd's STM has no known
+// bug to fix and shares no keys or queues with Mutex and Election, so every
+// name below is etcd's own (a type alias or a call straight into
+// go.etcd.io/etcd/client/v3/concurrency), not a copy: a value of one
+// package's type is a value of the other's.
+
+// STM is etcd's concurrency.STM: the reads and writes of one software
+// transaction, passed to the apply function of NewSTM. Get reads a key and
+// records it in the transaction's read set (a failed Get aborts the
+// transaction); Put and Del buffer writes until the commit; Rev returns the
+// modification revision of a key that was read. Its unexported methods mean
+// that only etcd's package can implement it.
+type STM = etcdconc.STM
+
+// STMOption is etcd's concurrency.STMOption: it configures NewSTM.
+type STMOption = etcdconc.STMOption
+
+// Isolation is etcd's concurrency.Isolation: how a transaction's reads see
+// other transactions' writes, and which conflicts make it retry.
+type Isolation = etcdconc.Isolation
+
+// The isolation levels of etcd's package, with its values.
+const (
+	// SerializableSnapshot is etcd's concurrency.SerializableSnapshot, the
+	// default: reads are from the revision of the first read, and the
+	// transaction also retries if a key it writes changed after that
+	// revision.
+	SerializableSnapshot = etcdconc.SerializableSnapshot
+	// Serializable is etcd's concurrency.Serializable: reads within one
+	// attempt return data from the revision of the first read.
+	Serializable = etcdconc.Serializable
+	// RepeatableReads is etcd's concurrency.RepeatableReads: reads within
+	// one attempt always return the same data.
+	RepeatableReads = etcdconc.RepeatableReads
+	// ReadCommitted is etcd's concurrency.ReadCommitted: reads see any
+	// committed revision, and the transaction never retries for a conflict.
+	ReadCommitted = etcdconc.ReadCommitted
+)
+
+// NewSTM is etcd's concurrency.NewSTM. It runs apply in a software
+// transaction and commits apply's writes in one etcd transaction if nothing
+// it read has changed, as the isolation level (default
+// SerializableSnapshot) defines a change; otherwise it runs apply again,
+// until a commit succeeds. It blocks for the round trips of every attempt.
+// If apply returns an error, NewSTM returns it and writes nothing. A failed
+// read or commit, such as the end of the context given with
+// WithAbortContext (default: the client's), ends it with that error.
+func NewSTM(c *clientv3.Client, apply func(STM) error, so ...STMOption) (*clientv3.TxnResponse, error) {
+	return etcdconc.NewSTM(c, apply, so...)
+}
+
+// NewSTMRepeatable is etcd's concurrency.NewSTMRepeatable, which etcd
+// documents as deprecated: NewSTM with WithAbortContext(ctx) and
+// WithIsolation(RepeatableReads).
+func NewSTMRepeatable(ctx context.Context, c *clientv3.Client, apply func(STM) error) (*clientv3.TxnResponse, error) {
+	return etcdconc.NewSTMRepeatable(ctx, c, apply)
+}
+
+// NewSTMSerializable is etcd's concurrency.NewSTMSerializable, which etcd
+// documents as deprecated: NewSTM with WithAbortContext(ctx) and
+// WithIsolation(Serializable).
+func NewSTMSerializable(ctx context.Context, c *clientv3.Client, apply func(STM) error) (*clientv3.TxnResponse, error) {
+	return etcdconc.NewSTMSerializable(ctx, c, apply)
+}
+
+// NewSTMReadCommitted is etcd's concurrency.NewSTMReadCommitted, which etcd
+// documents as deprecated: NewSTM with WithAbortContext(ctx) and
+// WithIsolation(ReadCommitted).
+func NewSTMReadCommitted(ctx context.Context, c *clientv3.Client, apply func(STM) error) (*clientv3.TxnResponse, error) {
+	return etcdconc.NewSTMReadCommitted(ctx, c, apply)
+}
+
+// WithIsolation is etcd's concurrency.WithIsolation: the transaction's
+// isolation level (default SerializableSnapshot).
+func WithIsolation(lvl Isolation) STMOption { return etcdconc.WithIsolation(lvl) }
+
+// WithAbortContext is etcd's concurrency.WithAbortContext: the context
+// whose end aborts the transaction for good (default: the client's).
+func WithAbortContext(ctx context.Context) STMOption { return etcdconc.WithAbortContext(ctx) }
+
+// WithPrefetch is etcd's concurrency.WithPrefetch: keys that every attempt
+// reads before apply runs, in one round trip rather than one Get each.
+func WithPrefetch(keys ...string) STMOption { return etcdconc.WithPrefetch(keys...) }
