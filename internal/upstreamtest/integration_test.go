@@ -120,6 +120,25 @@ func testNames(t *testing.T, dir string, files []string, pattern string) []strin
 	return names
 }
 
+// deviations are etcd's tests that pass on etcd's package only because of
+// a bug this package fixes (doc.go lists each). Such a test passes, or
+// fails with exactly the error the fix gives; any other failure fails.
+var deviations = map[string]struct {
+	failure *regexp.Regexp
+	why     string
+}{
+	// Its two campaigns of client1 (named first and second, but started at
+	// once, in either order) run on orphaned sessions with a TTL of
+	// 10 s, granted within a millisecond of each other, so both leases
+	// expire in the same sweep of etcd's lessor. The second candidate's own
+	// key is deleted with the first's; etcd's Campaign does not look and
+	// claims a leadership whose key is gone (etcd #19597), ours says so.
+	"TestElectionWithAuthEnabled": {
+		regexp.MustCompile(`client1 (first|second) campaign: mutex: session is expired: key "[^"]*" was deleted while waiting`),
+		"the waiting candidate's own lease expired with the leader's; Campaign reports its deleted key instead of claiming leadership (etcd #19597)",
+	},
+}
+
 // runEach builds the tests of the package in pkg once, then runs each of
 // the named tests in its own process, as a subtest of t: one test that
 // panics or leaks does not hide the result of the others.
@@ -134,6 +153,10 @@ func runEach(t *testing.T, ctx context.Context, root, pkg string, names []string
 			ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 			defer cancel()
 			out, err := goCmdBin(ctx, filepath.Join(root, pkg), bin, "-test.count=1", "-test.v", "-test.run", "^"+name+"$")
+			if d, ok := deviations[name]; ok && err != nil && d.failure.MatchString(out) {
+				t.Logf("etcd's %s fails here as documented: %s", name, d.why)
+				return
+			}
 			if err != nil {
 				t.Fatalf("etcd's %s failed against this package: %v\n%s", name, err, out)
 			}
