@@ -40,17 +40,33 @@
 //
 // # Differences from etcd's package
 //
-// Everything etcd's package documents holds here, except where it was a
-// bug: a waiter returns as soon as its own session ends or its key is
-// deleted (etcd #19597); Unlock deletes only the incarnation of the key it
-// acquired (#22082); cleanup after a failed Lock is bounded in time
-// (#18082); a wait survives compaction; a Mutex is safe for concurrent use;
-// WithLease on a missing lease is an error; IsOwner does not hold while Lock
-// waits (#12017); WithTTL(n) with n <= 0 is an error rather than silently
-// the default. An Election's fixes are listed on its type. A session that
-// has ended (orphaned, closed, expired) refuses Lock and Campaign with
-// ErrSessionExpired, where etcd's let them write keys on a lease nobody
-// renews. Lock hands the lock from one holder to the next in about the time
-// of one delete and one read, where etcd's package often waited for its
-// server's 100 ms watch resync.
+// Everything etcd's package documents holds here, and anything etcd's
+// package accepts and does something sensible with is accepted here with
+// the same effect. The exceptions are where etcd's behaviour is a bug:
+//
+//   - a waiter returns ErrSessionExpired as soon as its own session ends or
+//     its key is deleted, rather than waiting for its predecessors and then
+//     claiming the lock or leadership (etcd #19597, #11007);
+//   - Unlock and Resign delete only the incarnation of the key they
+//     acquired (#22082);
+//   - cleanup after a failed Lock or Campaign is bounded in time and leaves
+//     no key (#18082, #21128);
+//   - a wait survives compaction;
+//   - a Mutex and an Election are safe for concurrent use (#7547);
+//   - IsOwner does not hold while Lock waits (#12017), and Election.Rev is 0
+//     unless the Election leads, so neither can pass for a fencing token;
+//   - an empty lock name is refused with ErrInvalidPrefix: etcd's would
+//     range over every key under "/";
+//   - a second Lock on a held Mutex waits, as sync.Mutex does;
+//   - Unlock, Resign and Close retry transient failures until their ctx
+//     ends, and a failed Resign keeps the leadership (#22123).
+//
+// An Election's other fixes are listed on its type. Like etcd's, an
+// orphaned session (Orphan) stays usable while someone else keeps its
+// lease alive, and a session on a missing lease (WithLease) has ended:
+// both refuse Lock and Campaign once the lease is gone, with
+// ErrSessionExpired and ErrLeaseNotFound, writing nothing. Lock hands the
+// lock from one holder to the next in about the time of one delete and one
+// read, where etcd's package often waited for its server's 100 ms watch
+// resync.
 package concurrency

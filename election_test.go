@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1375,5 +1376,82 @@ func TestElectionConcurrentUse(t *testing.T) {
 	}
 	if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
 		t.Fatalf("%d keys left", n)
+	}
+}
+
+// A dropped ResumeElection leaves nothing behind: no goroutine, no watch,
+// and no claim on the key that would stop a later failed Campaign of the
+// same session from deleting it (then Leader named a candidate nobody ran).
+func TestElectionResumeDroppedLeavesNothing(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	leader := concurrency.NewElection(newSession(t, c), pfx)
+	if err := leader.Campaign(t.Context(), "leader"); err != nil {
+		t.Fatal(err)
+	}
+	s := newSession(t, c)
+	candidate := concurrency.NewElection(s, pfx)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- candidate.Campaign(ctx, "candidate") }()
+	kvs := etcdtest.WaitKeys(t, c, pfx, 2)
+
+	before := runtime.NumGoroutine()
+	for range 100 {
+		concurrency.ResumeElection(s, pfx, string(kvs[1].Key), kvs[1].CreateRevision)
+	}
+	time.Sleep(2 * 20 * time.Millisecond) // past the delay after which a hold is watched
+	if grew := runtime.NumGoroutine() - before; grew > 10 {
+		t.Fatalf("100 dropped ResumeElections left %d goroutines", grew)
+	}
+
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Campaign = %v, want Canceled", err)
+	}
+	if err := leader.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := leader.Leader(t.Context()); !errors.Is(err, concurrency.ErrElectionNoLeader) {
+		t.Fatalf("Leader after the only leader resigned and the candidate gave up = %v, %v; want ErrElectionNoLeader", resp, err)
+	}
+}
+
+// A ResumeElection given arguments that cannot be a leadership refuses the
+// leadership methods, as documented, and still reads the election.
+func TestElectionResumeInvalid(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	s := newSession(t, c)
+	leader := concurrency.NewElection(s, pfx)
+	if err := leader.Campaign(t.Context(), "v"); err != nil {
+		t.Fatal(err)
+	}
+	defer leader.Resign(t.Context())
+	r := concurrency.ResumeElection(s, pfx, "elsewhere", 0)
+	if err := r.Proclaim(t.Context(), "x"); !errors.Is(err, concurrency.ErrElectionNotLeader) {
+		t.Errorf("Proclaim = %v, want ErrElectionNotLeader", err)
+	}
+	if err := r.Resign(t.Context()); !errors.Is(err, concurrency.ErrElectionNotLeader) {
+		t.Errorf("Resign = %v, want ErrElectionNotLeader", err)
+	}
+	if err := r.Campaign(t.Context(), "x"); !errors.Is(err, concurrency.ErrElectionNotLeader) {
+		t.Errorf("Campaign = %v, want ErrElectionNotLeader", err)
+	}
+	if _, err := r.Txn(t.Context()).Commit(); !errors.Is(err, concurrency.ErrLockLost) {
+		t.Errorf("Txn = %v, want ErrLockLost", err)
+	}
+	if r.Ctx().Err() == nil {
+		t.Error("Ctx of an invalid resumed Election is not ended")
+	}
+	resp, err := r.Leader(t.Context())
+	if err != nil || string(resp.Kvs[0].Value) != "v" {
+		t.Errorf("Leader = %v, %v; want the election's leader", resp, err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if first, ok := <-r.Observe(ctx); !ok || string(first.Kvs[0].Value) != "v" {
+		t.Errorf("Observe posted %v, %v; want the election's leader", first, ok)
 	}
 }

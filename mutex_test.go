@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
+	"go.etcd.io/etcd/tests/v3/framework/integration"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -723,4 +724,139 @@ func TestMutexCleanupBounded(t *testing.T) {
 			expectBug(t, im, violation)
 		})
 	}
+}
+
+// A waiter keeps waiting, and keeps its place, while its member has no
+// leader (etcd's package does too): the wait's watch requires a leader, and
+// a leaderless member ends it with "no leader", which ended Lock here.
+func TestMutexWaitSurvivesLeaderLoss(t *testing.T) {
+	clus := etcdtest.NewCluster(t, &integration.ClusterConfig{Size: 3})
+	for _, im := range []impl{ours, etcds} {
+		t.Run(im.name, func(t *testing.T) {
+			pfx := etcdtest.Begin(t)
+			hc := etcdtest.NewClient(t, []string{clus.Members[1].GRPCURL})
+			wc := etcdtest.NewClient(t, []string{clus.Members[0].GRPCURL})
+			holder := im.newMutex(im.mustSession(t, hc, 60), pfx)
+			if err := holder.Lock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			waiter := im.newMutex(im.mustSession(t, wc, 60), pfx)
+			errc := lockAsync(t, t.Context(), waiter)
+			etcdtest.WaitKeys(t, hc, pfx, 2)
+
+			clus.Members[1].Stop(t)
+			clus.Members[2].Stop(t)
+			// Keep the waiter's member without a leader for longer than it
+			// takes etcd to cancel watches that require one (3 election
+			// timeouts).
+			etcdtest.Eventually(t, 10*time.Second, func() bool {
+				ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+				defer cancel()
+				st, err := wc.Status(ctx, clus.Members[0].GRPCURL)
+				return err == nil && st.Leader == 0
+			}, "member 0 still has a leader")
+			time.Sleep(time.Second) // the fault lasts a second more
+			select {
+			case err := <-errc:
+				t.Fatalf("the waiter returned while its member had no leader: %v", err)
+			default:
+			}
+			if err := clus.Members[1].Restart(t); err != nil {
+				t.Fatal(err)
+			}
+			if err := clus.Members[2].Restart(t); err != nil {
+				t.Fatal(err)
+			}
+			clus.WaitLeader(t)
+			if err := holder.Unlock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if err := within(t, 15*time.Second, errc, "waiter"); err != nil {
+				t.Fatalf("the waiter's Lock failed after the leader came back: %v", err)
+			}
+			if err := waiter.Unlock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Do releases the lock even when fn panics (a server that recovers per
+// request, as net/http does, would otherwise keep the key for the life of
+// the session), and even when Unlock fails: the Mutex is free for the next
+// Do at once, and the session deletes the key once etcd answers.
+func TestMutexDoAlwaysReleases(t *testing.T) {
+	t.Run("panic", func(t *testing.T) {
+		pfx := etcdtest.Begin(t)
+		c := sharedClient(t)
+		m := concurrency.NewMutex(newSession(t, c), pfx)
+		func() {
+			defer func() {
+				if r := recover(); r != "boom" {
+					t.Fatalf("recovered %v, want the panic of fn", r)
+				}
+			}()
+			m.Do(t.Context(), func(context.Context) error { panic("boom") })
+		}()
+		if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
+			t.Fatalf("%d keys left after fn panicked", n)
+		}
+		if err := m.TryLock(t.Context()); err != nil {
+			t.Fatalf("TryLock after a panicking Do: %v", err)
+		}
+		m.Unlock(t.Context())
+	})
+	t.Run("failed unlock", func(t *testing.T) {
+		pfx := etcdtest.Begin(t)
+		clus := bridgeCluster(t)
+		c := etcdtest.NewClient(t, []string{clus.Members[0].GRPCURL})
+		observer := etcdtest.NewClient(t, []string{clus.Members[1].GRPCURL})
+		m := concurrency.NewMutex(newSession(t, c), pfx)
+		err := m.Do(t.Context(), func(context.Context) error {
+			clus.Members[0].Bridge().Blackhole()
+			return nil
+		})
+		if err == nil {
+			t.Fatal("Do returned nil although its Unlock could not reach etcd")
+		}
+		if m.Token() != 0 {
+			t.Fatal("the Mutex is still held after Do returned")
+		}
+		clus.Members[0].Bridge().Unblackhole()
+		clus.Members[0].Bridge().DropConnections()
+		// The key goes in the background; another session gets the lock.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		other := concurrency.NewMutex(newSession(t, observer), pfx)
+		if err := other.Lock(ctx); err != nil {
+			t.Fatalf("another session could not lock after the failed Do: %v", err)
+		}
+		if err := other.Unlock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		// And the Mutex itself is free for the next Do.
+		if err := m.Do(ctx, func(context.Context) error { return nil }); err != nil {
+			t.Fatalf("the next Do: %v", err)
+		}
+	})
+}
+
+// NewLocker panics with the error itself, as etcd's does, so that code that
+// recovers can match it with errors.Is.
+func TestLockerPanicsWithError(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	s, err := concurrency.NewSession(sharedClient(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	l := concurrency.NewLocker(s, pfx)
+	defer func() {
+		err, ok := recover().(error)
+		if !ok || !errors.Is(err, concurrency.ErrSessionExpired) {
+			t.Fatalf("recovered %v, want an error matching ErrSessionExpired", err)
+		}
+	}()
+	l.Lock()
+	t.Fatal("Lock on a closed session did not panic")
 }
