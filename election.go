@@ -37,9 +37,9 @@ import (
 //
 //   - Campaign returns nil only after a read showed its own key first in
 //     the queue, and a candidate returns an error matching
-//     ErrSessionExpired as soon as its own key or session is gone, rather
-//     than waiting for the older candidates and then claiming to lead
-//     (etcd #11007, #19597);
+//     ErrSessionExpired as soon as its session ends, or its own key is found
+//     gone, rather than waiting for the older candidates and then claiming
+//     to lead (etcd #11007, #19597);
 //   - Campaign deletes its key on every failure, not only on cancellation,
 //     within a bounded time (#21128, #18082);
 //   - a Resign that fails keeps the leadership, so that it can be retried
@@ -117,7 +117,7 @@ func ResumeElection(s *Session, pfx string, leaderKey string, leaderRev int64) *
 	// Nothing starts until the leadership is used (see adopt): a resumed
 	// Election that the caller drops leaves nothing behind.
 	e.leaderKey, e.rev, e.leader = leaderKey, leaderRev, true
-	e.hold = lazyHold(s, leaderKey, leaderRev, 0)
+	e.hold = newHold(s, leaderKey, leaderRev, 0)
 	return e
 }
 
@@ -142,7 +142,7 @@ func (e *Election) validate() error {
 // Campaign makes the session a candidate with value val and blocks until it
 // is the leader, ctx ends, or the session ends. Uncontended, it takes one
 // round trip. Candidates win in the order of their keys' create revisions,
-// each watching only the one before it and its own key.
+// each watching only the one before it.
 //
 // If the session is already a candidate on this election (another Election
 // on the same session and name, or a restarted process that adopted its

@@ -1031,7 +1031,9 @@ func TestElectionCandidateSessionEnds(t *testing.T) {
 	regression(t, func(t *testing.T, im impl, pfx string) error {
 		c := sharedClient(t)
 		leader := im.leader(t, c, pfx, "leader")
-		cs := im.mustSession(t, c, 60)
+		// A revoke reaches a candidate through its session's next renewal,
+		// every TTL/3: 1 s here.
+		cs := im.mustSession(t, c, 3)
 		errc := campaignAsync(t, t.Context(), im.newElection(cs, pfx), "candidate")
 		etcdtest.WaitKeys(t, c, pfx, 2)
 		if _, err := c.Revoke(t.Context(), cs.Lease()); err != nil {

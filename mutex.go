@@ -241,11 +241,12 @@ func (m *Mutex) Token() int64 {
 // context.Cause tells which. When the Mutex is not held it returns an
 // already cancelled context.
 //
-// Ctx makes sure the hold is watched (one watch on the lock key). A hold
-// that had to wait is watched from the moment it joined the queue, and
-// any hold from 20 ms after it began, whether or not Ctx is called: a loss
-// is noticed within milliseconds, and when the loss was a revoked or
-// expired lease, the session ends at once too.
+// Ctx starts a watch on the lock key, the first time it is called for a
+// hold: a loss is then noticed within milliseconds, and when the loss was a
+// revoked or expired lease, the session ends at once too. A hold whose Ctx
+// is never called keeps no watch on the server (as with etcd's package): its
+// session notices a revoked lease at its next renewal, within TTL/3, and its
+// guarded writes (Txn) fail as soon as the key is gone.
 func (m *Mutex) Ctx() context.Context {
 	m.mu.Lock()
 	defer m.mu.Unlock()

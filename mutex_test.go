@@ -523,7 +523,9 @@ func TestMutexWaiterSessionEnds(t *testing.T) {
 					if err := holder.Lock(t.Context()); err != nil {
 						t.Fatal(err)
 					}
-					ws := im.mustSession(t, c, 60)
+					// A revoke reaches a waiter through its session's next
+					// renewal, every TTL/3: 1 s here.
+					ws := im.mustSession(t, c, 3)
 					errc := lockAsync(t, t.Context(), im.newMutex(ws, pfx))
 					etcdtest.WaitKeys(t, c, pfx, 2)
 					tc.end(t, c, ws)

@@ -28,8 +28,8 @@ var lastTwo = append(clientv3.WithLastCreate(), clientv3.WithLimit(2))
 // wait starts, and with 0 when it fails.
 //
 // The wait ends with ctx.Err() when ctx ends, and with an error matching
-// ErrSessionExpired when the session ends or the key is deleted (the hold's
-// watch sees it); it outlasts a cluster without a leader and lost
+// ErrSessionExpired when the session ends or the key is found deleted; it
+// outlasts a cluster without a leader and lost
 // connections, keeping its place. Without wait, a key that is not first
 // gives ErrLocked. On every error, the key has been released: deleted,
 // within a bounded time, unless another Mutex or Election of the session
@@ -61,34 +61,32 @@ func acquire(ctx context.Context, s *Session, pfx, key, val string, update, wait
 		return nil, nil, err
 	}
 	if q.first {
-		return newHold(s, key, q.rev, q.hdr.Revision, nil), q.hdr, nil
+		return newHold(s, key, q.rev, q.hdr.Revision), q.hdr, nil
 	}
 	if !wait {
 		s.unuse(ctx, key, q.rev, deleteNow)
 		return nil, nil, ErrLocked
 	}
 
+	// The wait ends with ctx, or with the session's life.
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(s.life, func() { cancel(context.Cause(s.life)) })
 	defer stop()
-	h := newHold(s, key, q.rev, q.hdr.Revision, cancel)
 	if waiting != nil {
 		waiting(q.rev)
 	}
 	hdr, err := waitDeletes(wctx, s, pfx, key, q.rev, q.pred, q.hdr.Revision)
 	if err == nil {
-		h.held()
-		return h, hdr, nil
+		return newHold(s, key, q.rev, hdr.Revision), hdr, nil
 	}
 	// Say why the wait ended: the caller's context first, so that
-	// errors.Is(err, ctx.Err()) holds, then the session or the key.
+	// errors.Is(err, ctx.Err()) holds, then the session.
 	if ctx.Err() != nil {
 		err = ctx.Err()
 	} else if wctx.Err() != nil {
 		err = context.Cause(wctx)
 	}
-	h.end(err)
 	if waiting != nil {
 		waiting(0)
 	}

