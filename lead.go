@@ -40,7 +40,7 @@ const leaderFinalRead = time.Second
 // leadership ends or may have ended (the Election's Ctx: Resign, the key
 // deleted, the lease revoked or expired, the session's conservative
 // deadline passed; context.Cause says which) or ctx ends (ctx's cause).
-// fn is never called with a context that is already cancelled, never while
+// fn is not called once the leadership is known to have ended, never while
 // an earlier call still runs, and the term's session is closed only after
 // fn has returned.
 //
@@ -168,9 +168,12 @@ func (l *leader) term(ctx context.Context) (retry bool, lasted time.Duration, er
 
 	since := time.Now()
 	l.o.status.set(true, since, e.Rev())
+	defer l.o.status.set(false, time.Time{}, 0) // also if fn panics
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	lostc := make(chan struct{})
 	stop := context.AfterFunc(lctx, func() {
+		defer close(lostc)
 		l.o.status.set(false, time.Time{}, 0)
 		cancel(context.Cause(lctx))
 	})
@@ -178,6 +181,9 @@ func (l *leader) term(ctx context.Context) (retry bool, lasted time.Duration, er
 	// stop reports false once the loss has begun to cancel fctx; a loss
 	// after this point comes after fn returned as the leader.
 	lost := !stop()
+	if lost {
+		<-lostc // its status update comes before the next term's
+	}
 	lasted = time.Since(since)
 
 	switch {
