@@ -60,6 +60,10 @@ const leaderFinalRead = time.Second
 //     closes the session, and returns an error matching ctx.Err(), joined
 //     with fn's error if fn returned one that does not match ctx.Err().
 //
+// fn may call e.Proclaim to change the value, and e.Resign to step down
+// for a while: that ends the leadership like a loss, and Lead campaigns
+// again. To stop leading, fn returns or ctx ends.
+//
 // The resignation and the revoke of the lease each use a fresh context
 // bounded by 5 s, so they run after ctx has ended. If both fail (etcd
 // unreachable), the key stays until the lease expires, and the error Lead
