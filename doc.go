@@ -38,6 +38,11 @@
 // none of these; a lock used for correctness needs fencing or guarded
 // writes.
 //
+// Lead runs the whole life of a leader on an Election: it campaigns, runs a
+// function as the leader with the leadership's context, campaigns again on
+// a new session after a loss, and resigns at once when it is done, so that
+// a follower takes over in about one commit rather than one TTL.
+//
 // # Differences from etcd's package
 //
 // Everything etcd's package documents holds here, and anything etcd's

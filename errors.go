@@ -64,6 +64,10 @@ var (
 	// election or a revision that is not positive.
 	ErrElectionNotLeader = errors.New("election: not leader")
 
+	// ErrNilFunc is returned by Lead when the function to run as the leader
+	// is nil.
+	ErrNilFunc = errors.New("concurrency: nil function")
+
 	// ErrElectionNoLeader is returned by Leader when the election has no
 	// candidate, and so no leader.
 	ErrElectionNoLeader = errors.New("election: no leader")

@@ -86,7 +86,7 @@ func TestFaults(t *testing.T) {
 		procs:     *flagProcs,
 		clients:   *flagClients,
 		ttl:       *flagTTL,
-		workloads: []string{"txn", "fence", "unguarded", "election"},
+		workloads: []string{"txn", "fence", "unguarded", "election", "lead"},
 		faults:    allFaults,
 	}
 	res := runWith(t, pfx, cfg)
@@ -97,7 +97,7 @@ func TestFaults(t *testing.T) {
 	}
 	for _, wl := range cfg.workloads {
 		f := "lock"
-		if wl == "election" {
+		if wl == "election" || wl == "lead" {
 			f = "campaign"
 		}
 		if n := res.ops[wl+": "+f+" ok"]; n < 10 {

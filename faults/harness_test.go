@@ -361,7 +361,7 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 	for _, wl := range r.cfg.workloads {
 		name := r.pfx + "/lock/" + wl
 		tl := hc.NewTimeline(rep, name, events[name])
-		if wl == "election" {
+		if wl == "election" || wl == "lead" {
 			hc.CheckHolds(rep, name, byWorkload[wl], hc.FCampaign, tl, hc.OneLeader, hc.OneLeader)
 			hc.CheckTerms(rep, name, byWorkload[wl])
 		} else {

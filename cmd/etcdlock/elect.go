@@ -5,6 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -12,29 +18,78 @@ import (
 )
 
 type electOptions struct {
-	listen bool
-	ttl    int
-	quiet  bool
+	listen    bool
+	ttl       int
+	quiet     bool
+	once      bool
+	killGrace time.Duration
 }
 
 func newElectCommand(conn *connFlags) *cobra.Command {
 	o := &electOptions{}
 	cmd := &cobra.Command{
-		Use:   "elect [flags] NAME [PROPOSAL]",
-		Short: "Campaign for leadership until a signal, or observe the leaders",
+		Use:   "elect [flags] NAME [PROPOSAL] [-- COMMAND [ARGS...]]",
+		Short: "Campaign for leadership until a signal, run a command as the leader, or observe the leaders",
 		Long: `With PROPOSAL, campaign in the election NAME with PROPOSAL as the value.
 Once elected, print the leader key on stdout and stay leader until SIGINT or
 SIGTERM, then resign and exit 0. If the leadership is lost (its key deleted,
 its lease revoked or expired), exit 122.
+
+With PROPOSAL and a command after "--", supervise the command: campaign, run
+the command while leader, and campaign again after a loss. The command gets
+stdin, stdout and stderr passed through and these variables:
+  ETCD_ELECT_KEY  the leader key, NAME/<lease ID in hex>
+  ETCD_ELECT_REV  the fencing token: the leader key's create revision, which
+                  is larger for every later leader of NAME
+If the leadership is lost while the command runs (its key deleted, its lease
+revoked or expired, or etcd unreachable until the session's deadline), send
+the command SIGTERM, then SIGKILL after --kill-grace, wait for it to exit,
+and campaign again on a new lease, after a backoff of 100 ms doubling to 5 s.
+If the command exits by itself while leader, resign at once and exit with
+its status. SIGINT, SIGTERM and SIGHUP are passed on to a running command,
+after which etcdlock resigns and exits with the command's status once it
+exits; while campaigning, they end etcdlock with 128+N. With --once, run the
+command at most once: if the leadership is lost, stop the command and exit
+122 instead of campaigning again. Each run is on a new session. A command
+whose leadership was lost may still be running, until it exits after
+SIGTERM, when the next leader's command starts: where that matters, have
+the resource refuse writes with an ETCD_ELECT_REV older than one it has
+seen.
 
 With --listen and no PROPOSAL, print the proposal of each leader, one line
 per new leader or proclaimed value, until SIGINT or SIGTERM (then exit 0).
 
 Candidates are elected in the order they arrived, with the same keys as
 etcdctl elect and etcd's concurrency package.`,
-		Args: cobra.RangeArgs(1, 2),
+		Example: `  # run the scheduler on one host at a time; another host takes over when it fails
+  etcdlock elect --ttl 10 scheduler "$(hostname)" -- /usr/local/bin/scheduler
+
+  # run a migration once, by whichever host is elected first
+  etcdlock elect --once migrate "$(hostname)" -- /usr/local/bin/migrate`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+				if dash != 2 || len(args) == 2 {
+					return usagef("elect NAME PROPOSAL -- COMMAND: need a NAME and a PROPOSAL before --, and a command after it")
+				}
+				return nil
+			}
+			if err := cobra.RangeArgs(1, 2)(cmd, args); err != nil {
+				return withCode(exitUsage, err)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var command []string
+			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+				args, command = args[:dash], args[dash:]
+			}
 			switch {
+			case command != nil && o.listen:
+				return usagef("elect --listen takes no command")
+			case command == nil && o.once:
+				return usagef("elect --once needs a command after --")
+			case o.killGrace < 0:
+				return usagef("--kill-grace must not be negative, not %v", o.killGrace)
 			case args[0] == "":
 				return usagef("elect NAME must not be empty: %w", concurrency.ErrInvalidPrefix)
 			case o.listen && len(args) == 2:
@@ -47,6 +102,9 @@ etcdctl elect and etcd's concurrency package.`,
 			if o.listen {
 				return o.observe(conn, args[0], cmd.OutOrStdout())
 			}
+			if command != nil {
+				return o.supervise(conn, args[0], args[1], command, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			return o.campaign(conn, args[0], args[1], cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -54,6 +112,8 @@ etcdctl elect and etcd's concurrency package.`,
 	f.BoolVarP(&o.listen, "listen", "l", false, "observe the leaders instead of campaigning")
 	f.IntVar(&o.ttl, "ttl", 10, "TTL of the session's lease in seconds: how long a leadership outlives a crashed leader")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no messages on stderr")
+	f.BoolVar(&o.once, "once", false, "with a command: run it at most once; exit 122 if the leadership is lost instead of campaigning again")
+	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "with a command: after the leadership is lost, time between SIGTERM and SIGKILL to the command; 0 sends SIGKILL at once")
 	return cmd
 }
 
@@ -129,4 +189,136 @@ func (o *electOptions) observe(conn *connFlags, name string, stdout io.Writer) e
 		fmt.Fprintln(stdout, string(resp.Kvs[0].Value))
 	}
 	return nil
+}
+
+// errLostOnce ends a supervisor with --once whose leadership was lost.
+var errLostOnce = errors.New("leadership lost with --once")
+
+// supervise campaigns in name with proposal and runs command each time it
+// is elected, until the command exits by itself as the leader, a signal
+// ends it, or (with --once) the leadership is lost.
+func (o *electOptions) supervise(conn *connFlags, name, proposal string, command []string, stdout, stderr io.Writer) error {
+	if _, err := conn.config(); err != nil {
+		return err
+	}
+	sigc := make(chan os.Signal, 4)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigc)
+	// ctx is Lead's: a signal ends it while no command runs; while one
+	// runs, the signal goes to the command.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	router := &signalRouter{cancel: cancel}
+	stopRouter := router.start(sigc)
+	defer stopRouter()
+
+	waiting := fmt.Sprintf("while campaigning in %q", name)
+	cli, err := conn.connect(ctx, lockPrefix(name))
+	if err != nil {
+		return orInterrupted(ctx, waiting, err)
+	}
+	defer cli.Close()
+
+	var (
+		result  error     // the last command's result, as etcdlock's exit
+		lostErr error     // with --once: why the leadership ended
+		stopSig os.Signal // the signal after which the command exited
+	)
+	fn := func(lctx context.Context, e *concurrency.Election) error {
+		key, rev := e.Key(), e.Rev()
+		if !o.quiet {
+			fmt.Fprintf(stderr, "etcdlock: leader of %q as %s (revision %d); running %s\n", name, key, rev, command[0])
+		}
+		fwd := make(chan os.Signal, 4)
+		router.forward(fwd)
+		sup := supervised{
+			command:   command,
+			env:       []string{"ETCD_ELECT_KEY=" + key, "ETCD_ELECT_REV=" + strconv.FormatInt(rev, 10)},
+			killGrace: o.killGrace,
+			what:      fmt.Sprintf("the leadership of %q", name),
+		}
+		passed, err := sup.run(lctx, fwd, stdout, stderr)
+		router.forward(nil)
+		select {
+		case sig := <-fwd: // came as the command exited
+			passed = sig
+		default:
+		}
+		if errors.As(err, new(*codedError)) {
+			return err // did not start: Lead resigns and returns it
+		}
+		result = exitStatus(err)
+		lost := lctx.Err() != nil && ctx.Err() == nil
+		switch {
+		case passed != nil:
+			// The command ended after a signal: stop here, with its status.
+			stopSig = passed
+			cancel(signalError{passed})
+		case lost && o.once:
+			lostErr = withCode(exitLost, fmt.Errorf("lost the leadership of %q while %s ran: %w", name, command[0], context.Cause(lctx)))
+			cancel(errLostOnce)
+		case lost && !o.quiet:
+			fmt.Fprintf(stderr, "etcdlock: %s exited after the leadership of %q was lost; campaigning again\n", command[0], name)
+		}
+		return result
+	}
+	if !o.quiet {
+		fmt.Fprintf(stderr, "etcdlock: campaigning in %q with %q\n", name, oneLine(proposal))
+	}
+	err = concurrency.Lead(ctx, cli, name, proposal, fn, concurrency.WithLeadTTL(o.ttl))
+	switch {
+	case ctx.Err() == nil:
+		return err // the command's status, or why it did not start, or etcd's error
+	case errors.Is(context.Cause(ctx), errLostOnce):
+		return lostErr
+	case stopSig != nil:
+		return result // the command's status after the signal
+	}
+	return orInterrupted(ctx, waiting, err)
+}
+
+// signalRouter sends SIGINT, SIGTERM and SIGHUP to the running command, if
+// any, and otherwise ends Lead's context with them.
+type signalRouter struct {
+	cancel context.CancelCauseFunc
+
+	mu  sync.Mutex     // guards fwd
+	fwd chan os.Signal // the running command's signals; nil when none runs
+}
+
+// start routes the signals of sigc until the returned function is called.
+func (r *signalRouter) start(sigc <-chan os.Signal) func() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case sig := <-sigc:
+				r.mu.Lock()
+				if r.fwd != nil {
+					select {
+					case r.fwd <- sig:
+					default:
+					}
+				} else {
+					r.cancel(signalError{sig})
+				}
+				r.mu.Unlock()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		<-done
+	}
+}
+
+// forward sends signals to fwd, or with nil, ends Lead's context with them.
+func (r *signalRouter) forward(fwd chan os.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fwd = fwd
 }

@@ -449,46 +449,76 @@ func (o *lockOptions) release(conn *connFlags, m *concurrency.Mutex, name string
 // --kill-grace, SIGKILL. It returns the command's exit status as a
 // codedError, or an error with exitLost if the lock was lost.
 func (o *lockOptions) runCommand(name string, command []string, key string, token int64, hold context.Context, sigc <-chan os.Signal, stdout, stderr io.Writer) error {
+	sup := supervised{
+		command:   command,
+		env:       []string{"ETCD_LOCK_KEY=" + key, "ETCD_LOCK_REV=" + strconv.FormatInt(token, 10)},
+		killGrace: o.killGrace,
+		what:      fmt.Sprintf("lock %q", name),
+	}
+	_, err := sup.run(hold, sigc, stdout, stderr)
+	if errors.As(err, new(*codedError)) {
+		return err // the command did not start
+	}
+	if hold.Err() != nil && !errors.Is(context.Cause(hold), concurrency.ErrLockReleased) {
+		return lostError(name, hold, fmt.Sprintf(" while %s ran", command[0]))
+	}
+	return exitStatus(err)
+}
+
+// supervised is a command that runs while a lock or leadership lasts.
+type supervised struct {
+	command   []string
+	env       []string      // variables added to etcdlock's environment
+	killGrace time.Duration // between SIGTERM and SIGKILL once the hold ends
+	what      string        // what the hold is, for messages: lock "NAME"
+}
+
+// run runs the command, passing on signals from sigc, until it exits. If
+// hold ends first, it stops the command with SIGTERM and, after killGrace,
+// SIGKILL. It returns the last signal it passed on, if any, and the
+// command's Wait error (an *exec.ExitError for a non-zero status), or a
+// codedError with exitNoCommand or exitCannotExec if it did not start.
+func (sup supervised) run(hold context.Context, sigc <-chan os.Signal, stdout, stderr io.Writer) (os.Signal, error) {
+	command := sup.command
 	c := exec.Command(command[0], command[1:]...)
 	// The last of duplicate variables wins: these replace inherited ones.
-	c.Env = append(os.Environ(), "ETCD_LOCK_KEY="+key, "ETCD_LOCK_REV="+strconv.FormatInt(token, 10))
+	c.Env = append(os.Environ(), sup.env...)
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, stdout, stderr
 	if err := c.Start(); err != nil {
 		code := exitCannotExec
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			code = exitNoCommand
 		}
-		return withCode(code, err)
+		return nil, withCode(code, err)
 	}
 	waitc := make(chan error, 1)
 	go func() { waitc <- c.Wait() }()
 
+	var passed os.Signal
 	lostc := hold.Done()
 	var killc <-chan time.Time
 	for {
 		select {
 		case err := <-waitc:
-			if hold.Err() != nil && !errors.Is(context.Cause(hold), concurrency.ErrLockReleased) {
-				return lostError(name, hold, fmt.Sprintf(" while %s ran", command[0]))
-			}
-			return exitStatus(err)
+			return passed, err
 		case sig := <-sigc:
 			c.Process.Signal(sig)
+			passed = sig
 		case <-lostc:
 			lostc = nil
-			if o.killGrace == 0 {
-				fmt.Fprintf(stderr, "etcdlock: lost lock %q (%v); sending SIGKILL to %s (pid %d)\n", name, context.Cause(hold), command[0], c.Process.Pid)
+			if sup.killGrace == 0 {
+				fmt.Fprintf(stderr, "etcdlock: lost %s (%v); sending SIGKILL to %s (pid %d)\n", sup.what, context.Cause(hold), command[0], c.Process.Pid)
 				c.Process.Kill()
 				continue
 			}
-			fmt.Fprintf(stderr, "etcdlock: lost lock %q (%v); sending SIGTERM to %s (pid %d), SIGKILL in %v\n", name, context.Cause(hold), command[0], c.Process.Pid, o.killGrace)
+			fmt.Fprintf(stderr, "etcdlock: lost %s (%v); sending SIGTERM to %s (pid %d), SIGKILL in %v\n", sup.what, context.Cause(hold), command[0], c.Process.Pid, sup.killGrace)
 			c.Process.Signal(syscall.SIGTERM)
-			t := time.NewTimer(o.killGrace)
+			t := time.NewTimer(sup.killGrace)
 			defer t.Stop()
 			killc = t.C
 		case <-killc:
 			killc = nil
-			fmt.Fprintf(stderr, "etcdlock: %s (pid %d) still running %v after SIGTERM; sending SIGKILL\n", command[0], c.Process.Pid, o.killGrace)
+			fmt.Fprintf(stderr, "etcdlock: %s (pid %d) still running %v after SIGTERM; sending SIGKILL\n", command[0], c.Process.Pid, sup.killGrace)
 			c.Process.Kill()
 		}
 	}

@@ -143,7 +143,7 @@ type proc struct {
 func baseEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envPrefix) && !strings.HasPrefix(kv, "ETCD_LOCK_") {
+		if !strings.HasPrefix(kv, envPrefix) && !strings.HasPrefix(kv, "ETCD_LOCK_") && !strings.HasPrefix(kv, "ETCD_ELECT_") {
 			env = append(env, kv)
 		}
 	}

@@ -38,7 +38,7 @@ var (
 	endpoints = flag.String("endpoints", "", "comma-separated etcd client URLs")
 	proc      = flag.Int("proc", 0, "number of this process among the workers")
 	pfx       = flag.String("pfx", "/faults", "key prefix of the run")
-	workloads = flag.String("workloads", "txn,fence,unguarded,election", "workloads to run")
+	workloads = flag.String("workloads", "txn,fence,unguarded,election,lead", "workloads to run")
 	clients   = flag.Int("clients", 2, "clients (each with its own session) per workload")
 	ttl       = flag.Int("ttl", 3, "session TTL in seconds")
 	duration  = flag.Duration("duration", 30*time.Second, "how long to run")
@@ -203,6 +203,10 @@ func (c *client) closeSession() {
 }
 
 func (c *client) loop() {
+	if c.wl == "lead" {
+		c.lead()
+		return
+	}
 	defer c.closeSession()
 	for c.run.Err() == nil {
 		s := c.session()
@@ -375,6 +379,49 @@ func (c *client) elect(s *concurrency.Session) error {
 	c.recGuarded(hc.Op{ID: id, Token: term}, tr, err)
 
 	return c.release(hc.FResign, term, e.Resign)
+}
+
+// leadWrites is how many guarded writes a term of the lead workload makes
+// before its fn returns, which makes Lead resign, so that terms also end
+// without faults.
+const leadWrites = 3
+
+// lead runs the lead workload: concurrency.Lead for the whole run, started
+// again each time fn returns. Lead manages the sessions; each term is
+// recorded as a won campaign, and its guarded writes as increments, so
+// that the checker places every write inside its term: at most one fn is
+// the leader at any revision.
+func (c *client) lead() {
+	fn := func(ctx context.Context, e *concurrency.Election) error {
+		term := e.Rev()
+		c.rec(hc.Op{Type: hc.OK, F: hc.FCampaign, Key: e.Key(), Token: term, Rev: e.Header().Revision})
+		// Register the lease (the key's last part), as session() does.
+		if id, err := strconv.ParseInt(e.Key()[strings.LastIndexByte(e.Key(), '/')+1:], 16, 64); err == nil {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			c.cli.Put(rctx, regKey(clientv3.LeaseID(id)), strconv.Itoa(*proc), clientv3.WithLease(clientv3.LeaseID(id)))
+			cancel()
+		}
+		for i := 0; i < leadWrites && ctx.Err() == nil; i++ {
+			// The write does not look at ctx: the guard alone keeps it
+			// inside the term.
+			c.seq++
+			id := fmt.Sprintf("%s.%d", c.name, c.seq)
+			tctx, cancel := context.WithTimeout(c.life, opTimeout)
+			c.rec(hc.Op{Type: hc.Invoke, F: hc.FIncr, ID: id, Token: term})
+			tr, err := e.Txn(tctx).Then(clientv3.OpPut(*pfx+"/leadterm", strconv.FormatInt(term, 10))).Commit()
+			cancel()
+			c.recGuarded(hc.Op{ID: id, Token: term}, tr, err)
+			sleep(ctx, *work)
+		}
+		return nil
+	}
+	for c.run.Err() == nil {
+		err := concurrency.Lead(c.run, c.cli, lockName(c.wl), c.name, fn, concurrency.WithLeadTTL(*ttl))
+		if err != nil && c.run.Err() == nil {
+			c.rec(hc.Op{Type: hc.Info, F: hc.FCampaign, Err: errText(err)})
+			sleep(c.run, 50*time.Millisecond)
+		}
+	}
 }
 
 // errStale is the store's refusal of a stale token: a definite failure.
