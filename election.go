@@ -181,7 +181,7 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 		// The leadership was lost meanwhile: run for it again.
 	}
 
-	h, hdr, err := acquire(ctx, e.s, e.pfx, e.key, val, true, true, func(rev int64) {
+	h, hdr, err := acquire(ctx, e.s, mutexRule(e.pfx), e.key, val, true, true, func(rev int64) {
 		e.mu.Lock()
 		e.leaderKey, e.rev = e.key, rev
 		if rev == 0 {

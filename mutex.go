@@ -117,7 +117,7 @@ func (m *Mutex) TryLock(ctx context.Context) error {
 // lock acquires the lock for the goroutine that holds m.sem. If wait is
 // false it gives up with ErrLocked instead of waiting.
 func (m *Mutex) lock(ctx context.Context, wait bool) error {
-	h, hdr, err := acquire(ctx, m.s, m.pfx, m.key, "", false, wait, func(rev int64) {
+	h, hdr, err := acquire(ctx, m.s, mutexRule(m.pfx), m.key, "", false, wait, func(rev int64) {
 		m.mu.Lock()
 		m.rev = rev
 		m.mu.Unlock()

@@ -10,44 +10,58 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// This file is the queue shared by Mutex and Election: how a session takes
-// a place in a lock name's queue (enqueue) and turns it into a hold, at
-// once or after a wait (acquire). A lock name pfx is a queue of keys
-// pfx+hex(lease), ordered by create revision; the key with the smallest
-// create revision holds the lock. The wait is in waitdeletes.go, the
+// This file is the queue shared by every primitive: how a session takes a
+// place in a lock name's queue (enqueue) and turns it into a hold, at once
+// or after a wait (acquire). A lock name is a queue of keys under its
+// prefix, ordered by create revision. What differs from one primitive to
+// another is a rule: which older keys count against a key, and how many of
+// them it may have and still hold. The wait is in waitdeletes.go, the
 // tenure that follows in hold.go.
 
-// lastTwo selects the two newest keys under a prefix: in the transaction that
-// creates a waiter's key, its own key and its predecessor.
-var lastTwo = append(clientv3.WithLastCreate(), clientv3.WithLimit(2))
+// rule says when a key of a queue holds.
+type rule struct {
+	pfx string // the queue: every key of the lock name is under it
+	// over is the part of the queue whose older keys count against a key:
+	// pfx for a Mutex, an Election, a Semaphore and an RWMutex writer; only
+	// the writers for an RWMutex reader.
+	over string
+	// limit is how many keys of over may be older than a key that holds:
+	// 1 for everything but a Semaphore.
+	limit int
+	// check, if not nil, vets the older keys that a read returned (the kind
+	// of lock and its limit): an error ends the acquisition, leaving no key.
+	check func(older []*mvccpb.KeyValue) error
+}
 
-// acquire takes a place for key, with value val, in the queue pfx (see
-// enqueue) and, if wait, waits until key is first (see waitDeletes). It
-// returns the hold, and the header of the read that showed the key first.
+// mutexRule is the rule of a Mutex or an Election named by prefix pfx.
+func mutexRule(pfx string) rule { return rule{pfx: pfx, over: pfx, limit: 1} }
+
+// acquire takes a place for key, with value val, in the queue of r (see
+// enqueue) and, if wait, waits until key holds (see waitDeletes). It
+// returns the hold, and the header of the read that showed the key hold.
 // waiting, if not nil, is called with the key's create revision when a
 // wait starts, and with 0 when it fails.
 //
 // The wait ends with ctx.Err() when ctx ends, and with an error matching
 // ErrSessionExpired when the session ends or the key is found deleted; it
-// outlasts a cluster without a leader and lost
-// connections, keeping its place. Without wait, a key that is not first
-// gives ErrLocked. On every error, the key has been released: deleted,
-// within a bounded time, unless another Mutex or Election of the session
-// still uses it (see Session.unuse).
+// outlasts a cluster without a leader and lost connections, keeping its
+// place. Without wait, a key that does not hold gives ErrLocked. On every
+// error, the key has been released: deleted, within a bounded time, unless
+// another user of the session still uses it (see Session.unuse).
 //
 // An enqueue that fails may still be applied by etcd later (the request
 // timed out on the client, not on the server). Its key is deleted at once
 // by lease, and the session deletes it again after each renewal for a
 // while (lateApplyWindow) whenever nobody uses it, so that a late write
 // cannot leave a key in the queue for the life of the session.
-func acquire(ctx context.Context, s *Session, pfx, key, val string, update, wait bool, waiting func(rev int64)) (*hold, *pb.ResponseHeader, error) {
+func acquire(ctx context.Context, s *Session, r rule, key, val string, update, wait bool, waiting func(rev int64)) (*hold, *pb.ResponseHeader, error) {
 	if s.life.Err() != nil {
 		return nil, nil, context.Cause(s.life)
 	}
 	if err := s.use(ctx, key, true); err != nil {
 		return nil, nil, err
 	}
-	q, err := enqueue(ctx, s, pfx, key, val, update)
+	q, err := enqueue(ctx, s, r, key, val, update)
 	if errors.Is(err, ErrLeaseNotFound) {
 		// The transaction was refused whole: nothing was written.
 		s.unuse(ctx, key, 0, keep)
@@ -60,7 +74,11 @@ func acquire(ctx context.Context, s *Session, pfx, key, val string, update, wait
 		s.unuse(ctx, key, 0, deleteNow)
 		return nil, nil, err
 	}
-	if q.first {
+	if q.err != nil {
+		s.unuse(ctx, key, q.rev, deleteNow)
+		return nil, nil, q.err
+	}
+	if q.holds {
 		return newHold(s, key, q.rev, q.hdr.Revision), q.hdr, nil
 	}
 	if !wait {
@@ -76,8 +94,11 @@ func acquire(ctx context.Context, s *Session, pfx, key, val string, update, wait
 	if waiting != nil {
 		waiting(q.rev)
 	}
-	hdr, err := waitDeletes(wctx, s, pfx, key, q.rev, q.pred, q.hdr.Revision)
+	hdr, err := waitDeletes(wctx, s, r, key, q.rev, q.next, q.hdr.Revision)
 	if err == nil {
+		if r.limit > 1 {
+			promote(ctx, s, key, q.rev)
+		}
 		return newHold(s, key, q.rev, hdr.Revision), hdr, nil
 	}
 	// Say why the wait ended: the caller's context first, so that
@@ -97,17 +118,18 @@ func acquire(ctx context.Context, s *Session, pfx, key, val string, update, wait
 // queued is where enqueue left a key in its queue.
 type queued struct {
 	rev   int64              // the key's create revision
-	first bool               // the key is the oldest in the queue: it holds the lock
-	pred  *mvccpb.KeyValue   // the newest older key, when known and not first
+	holds bool               // fewer than limit keys of over are older: the key holds
+	next  target             // what to wait for, when known and the key does not hold
+	err   error              // the rule's check refused the older keys
 	hdr   *pb.ResponseHeader // of the transaction
 }
 
 // enqueue puts key with value val on the session's lease at the end of the
-// queue pfx, unless the session has it already, in which case it keeps the
-// key's place and sets its value to val if it differs. It takes one
-// transaction, which also reads what decides ownership: when the key is
-// created it is the newest, so the two newest keys are it and its
-// predecessor; when it exists, the oldest key tells whether it is first.
+// queue of r, unless the session has it already, in which case it keeps
+// the key's place and sets its value to val if it differs. It takes one
+// transaction, which also reads what decides whether the key holds: when
+// the key is created it is the newest, so the newest limit+1 keys of over
+// are what counts; when it exists, the oldest limit keys of over tell.
 //
 // Mutex.Lock and TryLock enqueue with update false: a lock key's value is
 // left as it is (etcd's Mutex writes "", etcdlock a description of its
@@ -115,8 +137,10 @@ type queued struct {
 //
 // A lease that no longer exists gives an error matching ErrSessionExpired
 // and ErrLeaseNotFound, and ends the session's life.
-func enqueue(ctx context.Context, s *Session, pfx, key, val string, update bool) (queued, error) {
-	orElse := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)}
+func enqueue(ctx context.Context, s *Session, r rule, key, val string, update bool) (queued, error) {
+	newest := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(r.limit) + 1)}
+	oldest := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(r.limit))}
+	orElse := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(r.over, oldest...)}
 	if update {
 		orElse = append(orElse, clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "!=", val)},
@@ -125,7 +149,7 @@ func enqueue(ctx context.Context, s *Session, pfx, key, val string, update bool)
 	}
 	resp, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, val, clientv3.WithLease(s.id)), clientv3.OpGet(pfx, lastTwo...)).
+		Then(clientv3.OpPut(key, val, clientv3.WithLease(s.id)), clientv3.OpGet(r.over, newest...)).
 		Else(orElse...).
 		Commit()
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -136,16 +160,61 @@ func enqueue(ctx context.Context, s *Session, pfx, key, val string, update bool)
 	}
 	q := queued{hdr: resp.Header}
 	if resp.Succeeded {
+		// Every key but this one is older: it was created last.
 		q.rev = resp.Header.Revision
-		kvs := resp.Responses[1].GetResponseRange().Kvs
-		q.first = len(kvs) < 2
-		if !q.first {
-			q.pred = kvs[1]
+		var older []*mvccpb.KeyValue
+		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+			if kv.CreateRevision != q.rev {
+				older = append(older, kv)
+			}
+		}
+		q.holds, q.next = r.judge(older, q.rev)
+		if r.check != nil {
+			q.err = r.check(older)
 		}
 		return q, nil
 	}
 	q.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
-	first := resp.Responses[1].GetResponseRange().Kvs
-	q.first = len(first) == 0 || first[0].CreateRevision == q.rev
+	n := 0
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		if kv.CreateRevision < q.rev {
+			n++
+		}
+	}
+	// The wait reads which key to wait for.
+	q.holds = n < r.limit
 	return q, nil
+}
+
+// judge says, from the newest keys of over older than a key created at
+// rev (newest first, at most limit+1 of them), whether the key holds, and
+// if not what it waits for: the newest older key or, when exactly limit
+// keys are older and limit > 1, any deletion in over (see target).
+func (r rule) judge(older []*mvccpb.KeyValue, rev int64) (holds bool, next target) {
+	switch {
+	case len(older) < r.limit:
+		return true, target{}
+	case len(older) == r.limit && r.limit > 1:
+		return false, target{over: r.over}
+	default:
+		return false, target{key: string(older[0].Key), create: older[0].CreateRevision, mod: older[0].ModRevision, onPut: r.limit > 1}
+	}
+}
+
+// promote tells the waiter behind key, which watches it (see target), that
+// key now holds after a wait, by giving key a new revision without
+// changing its value or lease: with limit > 1 that waiter may now be the
+// first, whose turn comes with any holder's deletion rather than with
+// key's. It is a hint: if it fails, that waiter still moves up when key is
+// deleted, and every waiter re-reads the queue before it holds.
+func promote(ctx context.Context, s *Session, key string, rev int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	retry(ctx, func() error {
+		_, err := s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).
+			Commit()
+		return err
+	})
 }

@@ -39,32 +39,50 @@ import (
 // gets a linearizable read instead. Each handoff then costs the previous
 // holder's delete and a local read.
 
-// waitDeletes blocks until key, created at rev, is the oldest key under pfx,
-// and returns the header of the read that showed it. pred is the newest key
-// older than key as last read at revision seenRev, or nil if unknown. It
-// watches only pred; the key's own deletion is found by the read that
-// follows each deletion of a predecessor (ErrSessionExpired), and the end of
-// the session ends the wait through ctx (see acquire). A cluster without a
-// leader or a lost connection does not end the wait: it reads again once
-// etcd answers, and keeps its place (etcd's package also kept waiting). It
-// leaves key in place: the caller cleans up.
-func waitDeletes(ctx context.Context, s *Session, pfx, key string, rev int64, pred *mvccpb.KeyValue, seenRev int64) (*pb.ResponseHeader, error) {
+// target is what a waiter waits for: the deletion of one key (the newest
+// older key that counts against it), or also a new value of that key (when
+// a Semaphore waiter ahead of it became a holder: see promote), or any
+// deletion in a range. Only the first waiter of a Semaphore, whose turn
+// comes when any one of limit holders goes (a release or a lease that
+// expires), watches a range; every other waiter of every primitive
+// watches one key.
+type target struct {
+	key         string
+	create, mod int64 // the key's create and mod revisions when last read
+	onPut       bool  // a new value ends the wait too
+	over        string
+}
+
+// waitDeletes blocks until key, created at rev, holds by rule r, and
+// returns the header of the read that showed it. next is what to wait for
+// first, as last read at revision seenRev, or the zero target if unknown.
+// The key's own deletion is found by the read that follows each wake-up
+// (ErrSessionExpired), and the end of the session ends the wait through ctx
+// (see acquire). A cluster without a leader or a lost connection does not
+// end the wait: it reads again once etcd answers, and keeps its place
+// (etcd's package also kept waiting). It leaves key in place: the caller
+// cleans up.
+func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64, next target, seenRev int64) (*pb.ResponseHeader, error) {
 	wait := firstRetry
 	for {
-		var at int64 // the revision at which pred was seen deleted, 0 if unknown
-		if pred != nil {
-			var err error
-			if at, err = waitDelete(ctx, s.client, string(pred.Key), pred.CreateRevision, seenRev); err != nil {
-				return nil, err
-			}
+		var at int64 // the revision of the event that ended the wait, 0 if unknown
+		var err error
+		switch {
+		case next.over != "":
+			at, err = waitRange(ctx, s.client, next.over, seenRev)
+		case next.key != "":
+			at, err = waitDelete(ctx, s.client, next, seenRev)
 		}
-		resp, err := recheck(ctx, s.client, pfx, key, rev, at)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := recheck(ctx, s.client, r, key, rev, at)
 		if transient(err) {
 			if !sleepCtx(ctx, wait) {
 				return nil, ctx.Err()
 			}
 			wait = min(2*wait, retryInterval)
-			pred = nil // read again, at once
+			next = target{} // read again, at once
 			continue
 		}
 		if err != nil {
@@ -77,43 +95,50 @@ func waitDeletes(ctx context.Context, s *Session, pfx, key string, rev int64, pr
 			return nil, fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key)
 		}
 		older := resp.Responses[1].GetResponseRange().Kvs
-		if len(older) == 0 {
+		if r.check != nil {
+			if err := r.check(older); err != nil {
+				return nil, err
+			}
+		}
+		var holds bool
+		if holds, next = r.judge(older, rev); holds {
 			return resp.Header, nil
 		}
-		pred, seenRev = older[0], resp.Header.Revision
+		seenRev = resp.Header.Revision
 	}
 }
 
-// recheck reads, in one transaction, key and the newest key under pfx older
-// than rev: serializably at revision at if at > 0 (see the top of this
-// file), falling back to a linearizable read if the member cannot answer at
-// at; linearizably if at is 0.
-func recheck(ctx context.Context, client *clientv3.Client, pfx, key string, rev, at int64) (*clientv3.TxnResponse, error) {
-	var opts []clientv3.OpOption
+// recheck reads, in one transaction, key and the newest limit+1 keys of
+// over older than rev: serializably at revision at if at > 0 (see the top
+// of this file), falling back to a linearizable read if the member cannot
+// answer at at; linearizably if at is 0.
+func recheck(ctx context.Context, client *clientv3.Client, r rule, key string, rev, at int64) (*clientv3.TxnResponse, error) {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+		clientv3.WithLimit(int64(r.limit) + 1), clientv3.WithMaxCreateRev(rev - 1)}
+	var own []clientv3.OpOption
 	if at > 0 {
-		opts = []clientv3.OpOption{clientv3.WithRev(at), clientv3.WithSerializable()}
+		own = []clientv3.OpOption{clientv3.WithRev(at), clientv3.WithSerializable()}
+		opts = append(opts, own...)
 	}
-	resp, err := client.Txn(ctx).Then(
-		clientv3.OpGet(key, opts...),
-		clientv3.OpGet(pfx, append(append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1)), opts...)...),
-	).Commit()
+	resp, err := client.Txn(ctx).Then(clientv3.OpGet(key, own...), clientv3.OpGet(r.over, opts...)).Commit()
 	if at > 0 && (errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted)) {
-		return recheck(ctx, client, pfx, key, rev, 0)
+		return recheck(ctx, client, r, key, rev, 0)
 	}
 	return resp, err
 }
 
-// waitDelete blocks until key, which had create revision createRev in a read
-// at revision seenRev, is deleted or replaced, and returns the revision of
-// the deletion when a watch event told it (0 when a read did). It returns
+// waitDelete blocks until t.key, which had create revision t.create (and
+// mod revision t.mod) in a read at revision seenRev, is deleted or
+// replaced, or with t.onPut has a new value, and returns the revision of
+// the event when a watch event told it (0 when a read did). It returns
 // ctx.Err() when ctx ends, and the error when watching fails for a reason
 // that waiting cannot fix. After compaction (the watch could not resume), a
 // member without a leader, or a lost connection, it reads the key again,
 // retrying while etcd does not answer, and watches anew.
-func waitDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64) (int64, error) {
+func waitDelete(ctx context.Context, client *clientv3.Client, t target, seenRev int64) (int64, error) {
 	wait := firstRetry
 	for {
-		at, err := watchDelete(ctx, client, key, createRev, seenRev)
+		at, err := watchDelete(ctx, client, t, seenRev)
 		if err == nil || ctx.Err() != nil {
 			return at, ctx.Err()
 		}
@@ -126,47 +151,83 @@ func waitDelete(ctx context.Context, client *clientv3.Client, key string, create
 			}
 			wait = min(2*wait, retryInterval)
 		}
-		resp, err := client.Get(ctx, key)
+		resp, err := client.Get(ctx, t.key)
 		if transient(err) {
 			continue // watch again: the key is read once more
 		}
 		if err != nil {
 			return 0, err
 		}
-		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+		if t.changed(resp.Kvs) {
 			return 0, nil
 		}
 		seenRev, wait = resp.Header.Revision, firstRetry
 	}
 }
 
+// changed reports whether a read of t.key that returned kvs shows the end
+// of the wait for t.
+func (t target) changed(kvs []*mvccpb.KeyValue) bool {
+	return len(kvs) == 0 || kvs[0].CreateRevision != t.create || t.onPut && kvs[0].ModRevision != t.mod
+}
+
 // watchDelete is one watch of waitDelete, from the server's current
 // revision.
-func watchDelete(ctx context.Context, client *clientv3.Client, key string, createRev, seenRev int64) (at int64, err error) {
-	err = watchUntil(ctx, client, key, func(wr clientv3.WatchResponse) (bool, error) {
+func watchDelete(ctx context.Context, client *clientv3.Client, t target, seenRev int64) (at int64, err error) {
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+	if !t.onPut {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	err = watchUntil(ctx, client, t.key, func(wr clientv3.WatchResponse) (bool, error) {
 		if wr.Created && wr.Header.Revision > seenRev {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
-			resp, err := client.Get(ctx, key)
+			resp, err := client.Get(ctx, t.key)
 			if err != nil {
 				return false, err
 			}
-			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+			if t.changed(resp.Kvs) {
 				return true, nil
 			}
 		}
 		for _, ev := range wr.Events {
-			// A member that lags behind the read at seenRev may replay the
-			// deletion of an older incarnation of the key: only a deletion
-			// after createRev ends this one.
-			if ev.Type == mvccpb.DELETE && ev.Kv.ModRevision > createRev {
+			// A member that lags behind the read at seenRev may replay
+			// older events: only one after the read ends the wait.
+			if ev.Kv.ModRevision > max(seenRev, t.create) && (ev.Type == mvccpb.DELETE || t.onPut) {
 				at = ev.Kv.ModRevision
 				return true, nil
 			}
 		}
 		return false, nil
-	}, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
+	}, opts...)
 	return at, err
+}
+
+// waitRange blocks until a key under prefix over is deleted after revision
+// seenRev, and returns the revision of the deletion (0 if a failed watch
+// was not resumed: the caller reads again anyway). It returns ctx.Err()
+// when ctx ends, and the error when watching fails for a reason that
+// waiting cannot fix.
+func waitRange(ctx context.Context, client *clientv3.Client, over string, seenRev int64) (int64, error) {
+	var at int64
+	err := watchUntil(ctx, client, over, func(wr clientv3.WatchResponse) (bool, error) {
+		if len(wr.Events) == 0 {
+			return false, nil
+		}
+		at = wr.Events[0].Kv.ModRevision
+		return true, nil
+	}, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(seenRev+1))
+	switch {
+	case err == nil || ctx.Err() != nil:
+		return at, ctx.Err()
+	case errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, errWatchClosed) || transient(err):
+		if errors.Is(err, rpctypes.ErrCompacted) || sleepCtx(ctx, firstRetry) {
+			return 0, nil
+		}
+		return 0, ctx.Err()
+	default:
+		return 0, err
+	}
 }
 
 // watchUntil watches key with opts until fn, called on each response in
