@@ -145,6 +145,10 @@ func chart(w io.Writer, res results) {
 	}
 	col := func(v float64) int { return min(width, int(math.Round(v/top*width))) }
 	putCol, goalCol := col(put), col(0.6*put)
+	labelWidth := 0
+	for _, p := range res.contended {
+		labelWidth = max(labelWidth, len(fmt.Sprintf("%d sessions", p.sessions)))
+	}
 	bar := func(label, pkg string, fill rune, v float64) {
 		cells := []rune(strings.Repeat(" ", width+1))
 		for i := 0; i < col(v); i++ {
@@ -153,13 +157,13 @@ func chart(w io.Writer, res results) {
 		if put > 0 {
 			cells[goalCol], cells[putCol] = ':', '|'
 		}
-		fmt.Fprintf(w, "%8s  %-7s %s %s\n", label, pkg, string(cells), num(v))
+		fmt.Fprintf(w, "%*s  %-7s %s %s\n", labelWidth, label, pkg, string(cells), num(v))
 	}
 	fmt.Fprintf(w, "```\n")
 	fmt.Fprintf(w, "contended acquisitions/s, 0 to %s; # ours, = etcd, | raw Put rate (%s/s), : 0.6 × raw Put rate\n\n", num(top), num(put))
 	bar("", "raw Put", '-', put)
 	for _, p := range res.contended {
-		bar(fmt.Sprintf("%d sess.", p.sessions), "ours", '#', p.ours.Stats().PerSec)
+		bar(fmt.Sprintf("%d sessions", p.sessions), "ours", '#', p.ours.Stats().PerSec)
 		bar("", "etcd", '=', p.etcd.Stats().PerSec)
 	}
 	fmt.Fprintf(w, "```\n")
