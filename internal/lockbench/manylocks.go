@@ -98,7 +98,7 @@ func ManyLocks(ctx context.Context, env Env, impl Impl, pfx string, sessions int
 
 	var (
 		held, ops atomic.Int64
-		mu        sync.Mutex // guards samples
+		mu        sync.Mutex // guards samples, r.WatcherSamples and r.WatchersErr
 		samples   []time.Duration
 		wg        sync.WaitGroup
 	)
