@@ -20,6 +20,10 @@
 //   - contended: N sessions, each looping Lock and Unlock; a handoff is the
 //     time from the holder's Unlock returning to the next holder's Lock
 //     returning, and ops/s counts acquisitions;
+//   - many locks: N sessions, each looping Lock and Unlock on a lock of its
+//     own, all at once; ops/s sums the sessions, and the server's watchers
+//     (the etcd_debugging_mvcc_watcher_total gauge) are read during the
+//     window and divided by the locks held at each reading;
 //   - queue: N waiters queued on a held lock, then drained; traffic per
 //     handoff, and heap bytes and goroutines per session and per waiting
 //     Lock (measured in a child process that runs no etcd member);
@@ -59,6 +63,8 @@ type config struct {
 	rounds       int
 	sessions     []int
 	waiters      []int
+	many         int
+	manyHold     time.Duration
 	clients      int
 	maxOps       int
 	lostTTL      int
@@ -113,6 +119,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.rounds, "rounds", 3, "interleaved rounds that split the window of raw Put and Get, uncontended and TryLock")
 	fs.StringVar(&sessions, "sessions", "2,8,32,128", "session counts of the contended workload")
 	fs.StringVar(&waiters, "waiters", "2,1000", "queue lengths of the queue workload")
+	fs.IntVar(&cfg.many, "many", 64, "sessions of the many-locks workload, each on a lock of its own (0: skip it)")
+	fs.DurationVar(&cfg.manyHold, "many-hold", 0, "how long each hold of the many-locks workload lasts before its Unlock")
 	fs.IntVar(&cfg.clients, "clients", 16, "clients that sessions are spread over (one per session up to this many)")
 	fs.IntVar(&cfg.maxOps, "max-ops", 100000, "most operations in one window")
 	fs.IntVar(&cfg.lostTTL, "lost-ttl", 5, "session TTL, in seconds, of the lost-lock workload")
@@ -133,7 +141,7 @@ func parseFlags(args []string) (config, error) {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		quick := map[string]string{
-			"duration": "200ms", "rounds": "1", "sessions": "2,8", "waiters": "2,20",
+			"duration": "200ms", "rounds": "1", "sessions": "2,8", "waiters": "2,20", "many": "4",
 			"lost-ttl": "2", "lost-trials": "1", "queue-timeout": "1m", "timeout": "3m",
 		}
 		for name, v := range quick {
@@ -157,6 +165,8 @@ func parseFlags(args []string) (config, error) {
 	switch {
 	case cfg.members < 1:
 		return cfg, fmt.Errorf("-members %d: need at least 1", cfg.members)
+	case cfg.many < 0 || cfg.manyHold < 0:
+		return cfg, errors.New("-many and -many-hold must not be negative")
 	case cfg.duration <= 0 || cfg.lostBound <= 0 || cfg.queueTimeout <= 0 || cfg.timeout <= 0:
 		return cfg, errors.New("durations must be positive")
 	case cfg.rounds < 1 || cfg.clients < 2 || cfg.maxOps < 1 || cfg.lostTTL < 1 || cfg.lostTrials < 1:

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency/internal/embedetcd"
@@ -23,10 +24,16 @@ var (
 	etcd2 = func() lockbench.Impl { i := lockbench.Etcd; i.Name = "etcd#2"; return i }()
 )
 
-// pair is one workload measured for both packages.
-type pair struct{ ours, etcd lockbench.Result }
+// pair is one workload measured for both packages; sessions is the session
+// count of a contended workload.
+type pair struct {
+	ours, etcd lockbench.Result
+	sessions   int
+}
 
 type queuePair struct{ ours, etcd lockbench.QueueResult }
+
+type manyPair struct{ ours, etcd lockbench.ManyResult }
 
 type lost struct {
 	impl    lockbench.Impl
@@ -40,6 +47,8 @@ type results struct {
 	uncontended map[string]lockbench.Result // by package name, with etcd#2
 	tryLock     pair
 	contended   []pair
+	many        *manyPair // nil with -many 0
+	watchersSrc string    // where the server's watcher count came from
 	queue       []queuePair
 	lost        []lost
 }
@@ -48,6 +57,8 @@ type results struct {
 // packages, and writes the report to w.
 func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	where := strings.Join(cfg.endpoints, ",")
+	watchers := lockbench.ScrapedWatchers(cfg.endpoints)
+	watchersSrc := fmt.Sprintf("`%s`, summed over the members' /metrics pages", lockbench.WatcherMetric)
 	if len(cfg.endpoints) == 0 {
 		progress("starting an embedded %d-member cluster", cfg.members)
 		clus, err := embedetcd.Start(ctx, cfg.members)
@@ -57,6 +68,10 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 		defer clus.Close()
 		cfg.endpoints = clus.Endpoints
 		where = fmt.Sprintf("embedded %d-member cluster (in this process, loopback)", cfg.members)
+		// The members' mvcc packages add to one gauge in this process's
+		// default registry: read it there.
+		watchers = lockbench.GatheredWatchers(prometheus.DefaultGatherer)
+		watchersSrc = fmt.Sprintf("`%s`, the gauge the in-process members share, read from prometheus.DefaultGatherer", lockbench.WatcherMetric)
 	}
 	root := cfg.prefix
 	if root == "" {
@@ -71,11 +86,11 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	defer func() { err = errors.Join(err, checkEmpty(ctx, cs[0], root)) }()
 
 	env := func(n int) lockbench.Env {
-		return lockbench.Env{Clients: cs[:min(n, len(cs))], Counter: &counter}
+		return lockbench.Env{Clients: cs[:min(n, len(cs))], Counter: &counter, Watchers: watchers}
 	}
 	lim := func(d time.Duration) lockbench.Limits { return lockbench.Limits{Duration: d, MaxOps: cfg.maxOps} }
 	start := time.Now()
-	res := results{uncontended: map[string]lockbench.Result{}}
+	res := results{uncontended: map[string]lockbench.Result{}, watchersSrc: watchersSrc}
 
 	// Raw Put, uncontended and TryLock run in interleaved rounds, in a
 	// different order each round, so that drift in the machine's load
@@ -129,7 +144,18 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		res.contended = append(res.contended, pair{o, e})
+		res.contended = append(res.contended, pair{o, e, n})
+	}
+
+	if n := cfg.many; n > 0 {
+		o, e, err := both(func(impl lockbench.Impl) (lockbench.ManyResult, error) {
+			progress("many locks, %d sessions, %s", n, impl.Name)
+			return lockbench.ManyLocks(ctx, env(n), impl, fmt.Sprintf("%s/many-%d/%s", root, n, impl.Name), n, cfg.manyHold, lim(cfg.duration))
+		})
+		if err != nil {
+			return err
+		}
+		res.many = &manyPair{o, e}
 	}
 
 	for _, n := range cfg.waiters {

@@ -30,6 +30,9 @@ type Env struct {
 	Clients []*clientv3.Client
 	// Counter, if not nil, is attached to every client in Clients.
 	Counter *Counter
+	// Watchers, if not nil, counts the watchers the cluster's members hold
+	// (ManyLocks reads it).
+	Watchers WatcherCount
 }
 
 func (e Env) client(i int) *clientv3.Client { return e.Clients[i%len(e.Clients)] }
