@@ -2,7 +2,6 @@ package concurrency
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -25,24 +24,15 @@ import (
 // Unlock may be called from any goroutine. (etcd's Mutex had data races
 // here; a second Lock on a held Mutex returned at once.)
 type Mutex struct {
-	s   *Session
-	pfx string // the lock name followed by "/"
-	key string // pfx and the session's lease ID in hex
-
-	sem chan struct{} // holds one token while a goroutine holds or is acquiring the Mutex
-
-	mu   sync.Mutex // guards rev, held, hdr and hold; held by Unlock for its round trip
-	rev  int64      // create revision of key while waiting or held; 0 otherwise
-	held bool
-	hdr  *pb.ResponseHeader
-	hold *hold // the current hold, or the last one once it ended; nil before the first
+	holder
+	key string // the lock name, "/", and the session's lease ID in hex
 }
 
 // NewMutex returns a Mutex for the lock named pfx on session s. It does not
 // talk to etcd. A nil session or an empty name is reported by the Mutex's
 // methods, with ErrNilSession or ErrInvalidPrefix.
 func NewMutex(s *Session, pfx string) *Mutex {
-	m := &Mutex{s: s, pfx: prefix(pfx), sem: make(chan struct{}, 1)}
+	m := &Mutex{holder: newHolder(s, pfx)}
 	if s != nil {
 		m.key = leaseKey(m.pfx, s.Lease())
 	}
@@ -78,19 +68,7 @@ func validate(s *Session, pfx string) error {
 // deleted, within a bounded time even if etcd cannot be reached (after
 // which the session deletes it once etcd answers again).
 func (m *Mutex) Lock(ctx context.Context) error {
-	if err := validate(m.s, m.pfx); err != nil {
-		return err
-	}
-	select {
-	case m.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if err := m.lock(ctx, true); err != nil {
-		<-m.sem
-		return err
-	}
-	return nil
+	return m.lock(ctx, mutexRule(m.pfx), m.key, true, validate(m.s, m.pfx))
 }
 
 // TryLock takes the lock if it is free (or already held by this session
@@ -99,36 +77,7 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // two when it is not. It also returns ErrLocked, without talking to etcd,
 // while another goroutine holds or is acquiring this Mutex.
 func (m *Mutex) TryLock(ctx context.Context) error {
-	if err := validate(m.s, m.pfx); err != nil {
-		return err
-	}
-	select {
-	case m.sem <- struct{}{}:
-	default:
-		return ErrLocked
-	}
-	if err := m.lock(ctx, false); err != nil {
-		<-m.sem
-		return err
-	}
-	return nil
-}
-
-// lock acquires the lock for the goroutine that holds m.sem. If wait is
-// false it gives up with ErrLocked instead of waiting.
-func (m *Mutex) lock(ctx context.Context, wait bool) error {
-	h, hdr, err := acquire(ctx, m.s, mutexRule(m.pfx), m.key, "", false, wait, func(rev int64) {
-		m.mu.Lock()
-		m.rev = rev
-		m.mu.Unlock()
-	})
-	if err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.rev, m.held, m.hdr, m.hold = h.rev, true, hdr, h
-	return nil
+	return m.lock(ctx, mutexRule(m.pfx), m.key, false, validate(m.s, m.pfx))
 }
 
 // Unlock releases the lock: it deletes the lock key if, and only if, it is
@@ -146,43 +95,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := validate(m.s, m.pfx); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.held {
-		return ErrLockReleased
-	}
-	ended, err := m.hold.release(ctx)
-	if !ended {
-		return err // still held: Unlock may be retried
-	}
-	m.forget(ctx, keep)
-	return err
-}
-
-// forget drops the state of a hold that has ended, and hands the key to
-// the session as then says. The caller holds m.mu.
-func (m *Mutex) forget(ctx context.Context, then cleanup) {
-	m.s.unuse(ctx, m.key, m.rev, then)
-	m.rev, m.held = 0, false
-	<-m.sem
-}
-
-// release is Do's Unlock: if the delete fails, the Mutex is released here
-// all the same, and the session deletes the key in the background once etcd
-// answers, so that a failed release never leaves the Mutex locked for the
-// next Do or Lock.
-func (m *Mutex) release(ctx context.Context) error {
-	err := m.Unlock(ctx)
-	if err == nil || errors.Is(err, ErrLockReleased) {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.held {
-		m.hold.end(fmt.Errorf("%w: released here; the key is deleted in the background: %w", ErrLockReleased, err))
-		m.forget(ctx, deleteLater)
-	}
-	return err
+	return m.unlock(ctx)
 }
 
 // IsOwner returns a comparison that holds, in a transaction, only while this
@@ -190,48 +103,22 @@ func (m *Mutex) release(ctx context.Context) error {
 // acquired with. Before the lock is held, while Lock is still waiting, and
 // after Unlock it never holds (in etcd's package it held while Lock was
 // still waiting, etcd #12017). Mutex.Txn builds it in.
-func (m *Mutex) IsOwner() clientv3.Cmp {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.held {
-		// No key has a create revision of -1.
-		return clientv3.Compare(clientv3.CreateRevision(m.pfx), "=", -1)
-	}
-	return clientv3.Compare(clientv3.CreateRevision(m.key), "=", m.rev)
-}
+func (m *Mutex) IsOwner() clientv3.Cmp { return m.isOwner() }
 
 // Key returns the lock key while the Mutex holds the lock or waits for it,
 // and "" otherwise.
-func (m *Mutex) Key() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.rev == 0 {
-		return ""
-	}
-	return m.key
-}
+func (m *Mutex) Key() string { return m.keyNow() }
 
 // Header is the response header of the read that showed the lock held, or
 // nil before the first Lock.
-func (m *Mutex) Header() *pb.ResponseHeader {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.hdr
-}
+func (m *Mutex) Header() *pb.ResponseHeader { return m.header() }
 
 // Token returns the fencing token of the current hold, the create revision
 // of the lock key, or 0 when the Mutex is not held. Tokens strictly increase
 // from one holder of a lock name to the next, whether the holders use this
 // package, etcd's or `etcdctl lock`. Pass the token to every resource the
 // lock protects and have it reject older tokens (see Fence).
-func (m *Mutex) Token() int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.held {
-		return 0
-	}
-	return m.rev
-}
+func (m *Mutex) Token() int64 { return m.token() }
 
 // Ctx returns a context for the current hold. It is cancelled as soon as
 // the hold ends or may have ended: Unlock (cause ErrLockReleased), deletion
@@ -247,11 +134,7 @@ func (m *Mutex) Token() int64 {
 // is never called keeps no watch on the server (as with etcd's package): its
 // session notices a revoked lease at its next renewal, within TTL/3, and its
 // guarded writes (Txn) fail as soon as the key is gone.
-func (m *Mutex) Ctx() context.Context {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return holdContext(m.hold)
-}
+func (m *Mutex) Ctx() context.Context { return m.ctx() }
 
 // Txn returns a transaction that commits only while this Mutex holds the
 // lock. Its If, Then and Else run as usual inside a transaction guarded by
@@ -259,11 +142,7 @@ func (m *Mutex) Ctx() context.Context {
 // matching ErrLockLost and nothing is written. The response of a commit
 // that succeeded is the caller's own: Succeeded and Responses are those of
 // the caller's If, Then and Else. The guard is fixed when Txn is called.
-func (m *Mutex) Txn(ctx context.Context) clientv3.Txn {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return newGuardedTxn(ctx, m.s, m.key, m.rev, m.held)
-}
+func (m *Mutex) Txn(ctx context.Context) clientv3.Txn { return m.txn(ctx) }
 
 // Do locks m, runs fn with a context that ends when ctx ends or the hold
 // does, and unlocks, also when fn panics (the panic then goes on). The
@@ -274,10 +153,7 @@ func (m *Mutex) Txn(ctx context.Context) clientv3.Txn {
 // it failed. Even then m is no longer held when Do returns: the session
 // deletes the key in the background once etcd answers.
 func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	if err := m.Lock(ctx); err != nil {
-		return err
-	}
-	return runHold(ctx, m.Ctx(), fn, m.release)
+	return m.do(ctx, m.Lock, fn)
 }
 
 type lockerMutex struct{ *Mutex }

@@ -1,0 +1,171 @@
+package concurrency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// holder is what Mutex, Semaphore and RWMutex have in common: one value
+// that holds at most one key of a queue at a time, acquired with a rule
+// (queue.go) and held as a hold (hold.go). It excludes the goroutines of
+// its process as sync.Mutex does: while one holds or is acquiring, another
+// waits (or TryLock misses) without talking to etcd.
+type holder struct {
+	s   *Session
+	pfx string // the lock name followed by "/"
+
+	sem chan struct{} // holds one token while a goroutine holds or is acquiring
+
+	mu   sync.Mutex // guards key, rev, held, hdr and hold; held by release for its round trip
+	key  string     // the key while waiting or held; "" otherwise
+	rev  int64      // create revision of key while waiting or held; 0 otherwise
+	held bool
+	hdr  *pb.ResponseHeader
+	hold *hold // the current hold, or the last one once it ended; nil before the first
+}
+
+func newHolder(s *Session, pfx string) holder {
+	return holder{s: s, pfx: prefix(pfx), sem: make(chan struct{}, 1)}
+}
+
+// lock acquires key by rule r, waiting if wait, else giving up with
+// ErrLocked; it first waits for (or with !wait, misses on) another
+// goroutine that holds or is acquiring h. valid is the first error of bad
+// input, reported before anything else.
+func (h *holder) lock(ctx context.Context, r rule, key string, wait bool, valid error) error {
+	if valid != nil {
+		return valid
+	}
+	if wait {
+		select {
+		case h.sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	} else {
+		select {
+		case h.sem <- struct{}{}:
+		default:
+			return ErrLocked
+		}
+	}
+	hd, hdr, err := acquire(ctx, h.s, r, key, "", false, wait, func(rev int64) {
+		h.mu.Lock()
+		h.key, h.rev = key, rev
+		if rev == 0 {
+			h.key = ""
+		}
+		h.mu.Unlock()
+	})
+	if err != nil {
+		<-h.sem
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.key, h.rev, h.held, h.hdr, h.hold = key, hd.rev, true, hdr, hd
+	return nil
+}
+
+// unlock releases the key held (see hold.release): ErrLockReleased if none
+// is; if the delete fails while the session lives, the key stays held, so
+// that unlock can be retried.
+func (h *holder) unlock(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.held {
+		return ErrLockReleased
+	}
+	ended, err := h.hold.release(ctx)
+	if !ended {
+		return err // still held: may be retried
+	}
+	h.forget(ctx, keep)
+	return err
+}
+
+// forget drops the state of a hold that has ended, and hands the key to
+// the session as then says. The caller holds h.mu.
+func (h *holder) forget(ctx context.Context, then cleanup) {
+	h.s.unuse(ctx, h.key, h.rev, then)
+	h.key, h.rev, h.held = "", 0, false
+	<-h.sem
+}
+
+// release is Do's unlock: if the delete fails, the hold is released here
+// all the same, and the session deletes the key in the background once etcd
+// answers, so that a failed release never leaves h held for the next Do.
+func (h *holder) release(ctx context.Context) error {
+	err := h.unlock(ctx)
+	if err == nil || errors.Is(err, ErrLockReleased) {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held {
+		h.hold.end(fmt.Errorf("%w: released here; the key is deleted in the background: %w", ErrLockReleased, err))
+		h.forget(ctx, deleteLater)
+	}
+	return err
+}
+
+// do acquires with lock, runs fn under the hold, and releases (see
+// runHold).
+func (h *holder) do(ctx context.Context, lock func(context.Context) error, fn func(ctx context.Context) error) error {
+	if err := lock(ctx); err != nil {
+		return err
+	}
+	return runHold(ctx, h.ctx(), fn, h.release)
+}
+
+// isOwner is a comparison that holds only while h holds its key with the
+// create revision it acquired; never otherwise.
+func (h *holder) isOwner() clientv3.Cmp {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.held {
+		// No key has a create revision of -1.
+		return clientv3.Compare(clientv3.CreateRevision(h.pfx), "=", -1)
+	}
+	return clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)
+}
+
+// keyNow is the key while waiting or held, "" otherwise.
+func (h *holder) keyNow() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.key
+}
+
+func (h *holder) header() *pb.ResponseHeader {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.hdr
+}
+
+// token is the fencing token of the current hold, 0 when not held.
+func (h *holder) token() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.held {
+		return 0
+	}
+	return h.rev
+}
+
+func (h *holder) ctx() context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return holdContext(h.hold)
+}
+
+func (h *holder) txn(ctx context.Context) clientv3.Txn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return newGuardedTxn(ctx, h.s, h.key, h.rev, h.held)
+}
