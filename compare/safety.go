@@ -72,13 +72,14 @@ var Faults = []string{NoFault, ClientPause, Partition, LeaderKill, ServerPause}
 
 // Env is the servers of every system and the worker binary.
 type Env struct {
-	Dir    string
-	Worker string
-	Etcd   *Servers // 3 members: this module and etcd's package
-	Redis  *Servers // master and replica: redislock
-	R3, R5 *Servers // independent servers: redsync
-	ZK     *Servers // 3-server ensemble
-	runs   int
+	Dir     string
+	Worker  string
+	EtcdBin string   // the etcd server binary
+	Etcd    *Servers // 3 members: this module and etcd's package
+	Redis   *Servers // master and replica: redislock
+	R3, R5  *Servers // independent servers: redsync
+	ZK      *Servers // 3-server ensemble
+	runs    int
 }
 
 // StartEnv builds the worker and etcd and starts the servers of the given
@@ -104,6 +105,7 @@ func StartEnv(ctx context.Context, dir string, systems []string) (*Env, error) {
 		if berr != nil {
 			return nil, berr
 		}
+		e.EtcdBin = bin
 		if e.Etcd, err = StartEtcd(ctx, bin, sub("etcd"), 3); err != nil {
 			return nil, err
 		}
@@ -342,6 +344,7 @@ func (e *Env) nemesis(ctx context.Context, sys, fault string, o SafetyOpts, st *
 				return applied, err
 			}
 			wait(o.FaultFor)
+			st.Phase(fmt.Sprintf("w%d resumed after a %v pause", wi, o.FaultFor))
 			workers[wi].Resume()
 		case Partition:
 			st.Phase(fmt.Sprintf("%s: w%d cut off", fault, wi))
@@ -349,6 +352,7 @@ func (e *Env) nemesis(ctx context.Context, sys, fault string, o SafetyOpts, st *
 				p.Blackhole()
 			}
 			wait(o.FaultFor)
+			st.Phase(fmt.Sprintf("w%d reconnected after a %v partition", wi, o.FaultFor))
 			for _, p := range proxies[wi] {
 				p.Heal()
 			}
@@ -363,6 +367,7 @@ func (e *Env) nemesis(ctx context.Context, sys, fault string, o SafetyOpts, st *
 					return applied, err
 				}
 				wait(o.FaultFor)
+				st.Phase(fmt.Sprintf("%s resumed after a %v pause", srv.Procs[i].Name, o.FaultFor))
 				srv.Procs[i].Resume()
 			} else {
 				srv.Procs[i].Kill()
@@ -378,16 +383,18 @@ func (e *Env) nemesis(ctx context.Context, sys, fault string, o SafetyOpts, st *
 					}
 				}
 				wait(o.FaultFor)
+				st.Phase(fmt.Sprintf("%s restarting after %v down", srv.Procs[i].Name, o.FaultFor))
 				if err := e.restart(context.WithoutCancel(ctx), sys, i); err != nil {
 					return applied, err
 				}
 			}
 		}
 		applied++
-		st.Phase("after " + fault)
+		// Events in the next 1.5 s keep the label of the recovery.
 		if !wait(1500 * time.Millisecond) {
 			return applied, nil
 		}
+		st.Phase("later, after " + fault)
 	}
 	return applied, nil
 }

@@ -360,3 +360,19 @@ func fourLetter(addr, cmd string) (string, error) {
 type nopLogger struct{}
 
 func (nopLogger) Printf(string, ...any) {}
+
+// ZooKeeperVersion is what a running server says of its version (srvr).
+func (s *Servers) ZooKeeperVersion() string {
+	for _, a := range s.Addrs {
+		out, err := fourLetter(a, "srvr")
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if v, ok := strings.CutPrefix(l, "Zookeeper version: "); ok {
+				return v
+			}
+		}
+	}
+	return "unknown"
+}
