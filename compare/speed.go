@@ -39,7 +39,7 @@ func RunSpeed(ctx context.Context, sys string, addrs []string, n int, name strin
 	defer c.Close()
 	locks := make([]Lock, n)
 	for i := range locks {
-		if locks[i], err = c.NewLock(name); err != nil {
+		if locks[i], err = c.NewLock(ctx, name); err != nil {
 			return Speed{}, err
 		}
 	}

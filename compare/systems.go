@@ -56,6 +56,9 @@ type Lock interface {
 	Token() int64
 	// Release gives the lock up.
 	Release(ctx context.Context) error
+	// Close ends the lock client's session (etcd, ZooKeeper) without
+	// waiting for the servers; the lock client is then spent.
+	Close()
 }
 
 // Client makes locks of one system on one shared connection where the
@@ -126,19 +129,19 @@ func (c *Client) Close() {
 	}
 }
 
-// NewLock returns a lock client for name. For etcd it opens a session, for
-// ZooKeeper a connection with its own session.
-func (c *Client) NewLock(name string) (Lock, error) {
+// NewLock returns a lock client for name. For etcd it opens a session
+// that ends with ctx, for ZooKeeper a connection with its own session.
+func (c *Client) NewLock(ctx context.Context, name string) (Lock, error) {
 	ttl := c.cfg.TTL
 	switch c.cfg.System {
 	case This:
-		s, err := concurrency.NewSession(c.etcd, concurrency.WithTTL(int(math.Ceil(ttl.Seconds()))))
+		s, err := concurrency.NewSession(c.etcd, concurrency.WithTTL(int(math.Ceil(ttl.Seconds()))), concurrency.WithContext(ctx))
 		if err != nil {
 			return nil, err
 		}
 		return &ThisLock{s: s, M: concurrency.NewMutex(s, "/compare/"+name)}, nil
 	case Etcd:
-		s, err := upstream.NewSession(c.etcd, upstream.WithTTL(int(math.Ceil(ttl.Seconds()))))
+		s, err := upstream.NewSession(c.etcd, upstream.WithTTL(int(math.Ceil(ttl.Seconds()))), upstream.WithContext(ctx))
 		if err != nil {
 			return nil, err
 		}
@@ -171,8 +174,7 @@ func (l *ThisLock) Acquire(ctx context.Context) error { return l.M.Lock(ctx) }
 func (l *ThisLock) Token() int64                      { return l.M.Token() }
 func (l *ThisLock) Release(ctx context.Context) error { return l.M.Unlock(ctx) }
 
-// Session is the lock's session.
-func (l *ThisLock) Session() *concurrency.Session { return l.s }
+func (l *ThisLock) Close() { go l.s.Close() }
 
 type etcdLock struct {
 	s *upstream.Session
@@ -182,6 +184,7 @@ type etcdLock struct {
 func (l *etcdLock) Acquire(ctx context.Context) error { return l.m.Lock(ctx) }
 func (l *etcdLock) Token() int64                      { return 0 }
 func (l *etcdLock) Release(ctx context.Context) error { return l.m.Unlock(ctx) }
+func (l *etcdLock) Close()                            { go l.s.Close() }
 
 type redisLock struct {
 	c     *redislock.Client
@@ -204,6 +207,7 @@ func (l *redisLock) Acquire(ctx context.Context) error {
 }
 
 func (l *redisLock) Token() int64 { return 0 }
+func (l *redisLock) Close()       {}
 
 func (l *redisLock) Release(ctx context.Context) error {
 	if l.held == nil {
@@ -224,6 +228,7 @@ func (l *redsyncLock) Acquire(ctx context.Context) error {
 	return err
 }
 func (l *redsyncLock) Token() int64 { return 0 }
+func (l *redsyncLock) Close()       {}
 func (l *redsyncLock) Release(ctx context.Context) error {
 	ok, err := l.m.UnlockContext(ctx)
 	if err == nil && !ok {
@@ -295,6 +300,7 @@ func (l *zkLock) ownCzxid() (int64, error) {
 }
 
 func (l *zkLock) Token() int64 { return l.czxid }
+func (l *zkLock) Close()       { go l.conn.Close() }
 
 func (l *zkLock) Release(ctx context.Context) error {
 	if l.lk == nil {

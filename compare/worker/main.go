@@ -83,7 +83,7 @@ type worker struct {
 }
 
 func (w *worker) loop(ctx context.Context, wl string) {
-	lk, err := w.c.NewLock(*lockPfx + wl)
+	lk, err := w.c.NewLock(ctx, *lockPfx+wl)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, wl, err)
 		w.acqErr.Add(1)
@@ -93,8 +93,16 @@ func (w *worker) loop(ctx context.Context, wl string) {
 	for n := 0; n < *maxAcq && ctx.Err() == nil; n++ {
 		if err := lk.Acquire(ctx); err != nil {
 			if ctx.Err() == nil {
+				// A session that expired (etcd, ZooKeeper) stays
+				// expired: start a new lock client, as an application
+				// would.
 				w.acqErr.Add(1)
+				lk.Close()
 				sleep(ctx, 50*time.Millisecond)
+				if lk, err = w.c.NewLock(ctx, *lockPfx+wl); err != nil {
+					fmt.Fprintln(os.Stderr, wl, err)
+					return
+				}
 			}
 			continue
 		}
