@@ -100,7 +100,7 @@ func run(out io.Writer) error {
 	load1 := loadavg()
 
 	// Report.
-	fmt.Fprintf(out, "Run of `go run ./cmd/compare%s` on %s, %d cores, %s; %s in all.\n", flagsUsed(), time.Now().UTC().Format("2006-01-02 15:04 MST"),
+	fmt.Fprintf(out, "Run of `go run ./cmd/compare%s` (in compare/) on %s, %d cores, %s; %s in all.\n", flagsUsed(), time.Now().UTC().Format("2006-01-02 15:04 MST"),
 		runtime.NumCPU(), runtime.Version(), time.Since(t0).Round(time.Second))
 	fmt.Fprintf(out, "Load average (1, 5, 15 min) before: %s; after: %s.\n\n", load0, load1)
 	fmt.Fprintf(out, "Versions: %s; %s; %s (built from the module graph).\n", redisVersion(), zkVersion(env), etcdVersion(env))
