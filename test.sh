@@ -6,4 +6,8 @@
 set -eu
 cd "$(dirname "$0")"
 sh faults/setup.sh
+# The comparison with Redis and ZooKeeper (issue 16) is its own module:
+# install its servers and run its smoke test; COMPARISON.md has the full run.
+sh compare/setup.sh
+(cd compare && go test -count=1 -short -timeout 10m ./...)
 exec go test -count=1 -timeout 45m "$@" ./...
