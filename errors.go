@@ -68,6 +68,20 @@ var (
 	// is nil.
 	ErrNilFunc = errors.New("concurrency: nil function")
 
+	// ErrInvalidLimit is returned by the methods of a Semaphore created with
+	// a limit of zero or less.
+	ErrInvalidLimit = errors.New("concurrency: semaphore limit must be positive")
+
+	// ErrLimitMismatch is returned by Semaphore.Acquire and TryAcquire when
+	// the semaphore's name is in use with another limit: the first user of a
+	// name sets its limit, for as long as any key of the name exists.
+	ErrLimitMismatch = errors.New("concurrency: semaphore limit differs from the one in use")
+
+	// ErrLockKind is returned by the methods of a Semaphore or RWMutex when
+	// its name is in use by another kind of lock (a Mutex, an Election, a
+	// Semaphore or an RWMutex): their keys would mean something else to it.
+	ErrLockKind = errors.New("concurrency: lock name is in use by another kind of lock")
+
 	// ErrElectionNoLeader is returned by Leader when the election has no
 	// candidate, and so no leader.
 	ErrElectionNoLeader = errors.New("election: no leader")

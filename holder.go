@@ -33,11 +33,11 @@ func newHolder(s *Session, pfx string) holder {
 	return holder{s: s, pfx: prefix(pfx), sem: make(chan struct{}, 1)}
 }
 
-// lock acquires key by rule r, waiting if wait, else giving up with
-// ErrLocked; it first waits for (or with !wait, misses on) another
-// goroutine that holds or is acquiring h. valid is the first error of bad
-// input, reported before anything else.
-func (h *holder) lock(ctx context.Context, r rule, key string, wait bool, valid error) error {
+// lock acquires key, with value val, by rule r, waiting if wait, else
+// giving up with ErrLocked; it first waits for (or with !wait, misses on)
+// another goroutine that holds or is acquiring h. valid is the first error
+// of bad input, reported before anything else.
+func (h *holder) lock(ctx context.Context, r rule, key, val string, wait bool, valid error) error {
 	if valid != nil {
 		return valid
 	}
@@ -54,7 +54,7 @@ func (h *holder) lock(ctx context.Context, r rule, key string, wait bool, valid 
 			return ErrLocked
 		}
 	}
-	hd, hdr, err := acquire(ctx, h.s, r, key, "", false, wait, func(rev int64) {
+	hd, hdr, err := acquire(ctx, h.s, r, key, val, false, wait, func(rev int64) {
 		h.mu.Lock()
 		h.key, h.rev = key, rev
 		if rev == 0 {
@@ -75,10 +75,13 @@ func (h *holder) lock(ctx context.Context, r rule, key string, wait bool, valid 
 // unlock releases the key held (see hold.release): ErrLockReleased if none
 // is; if the delete fails while the session lives, the key stays held, so
 // that unlock can be retried.
-func (h *holder) unlock(ctx context.Context) error {
+func (h *holder) unlock(ctx context.Context) error { return h.unlockIf(ctx, nil) }
+
+// unlockIf is unlock, for a held key that is must accept (if not nil).
+func (h *holder) unlockIf(ctx context.Context, is func(key string) bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.held {
+	if !h.held || is != nil && !is(h.key) {
 		return ErrLockReleased
 	}
 	ended, err := h.hold.release(ctx)

@@ -68,7 +68,7 @@ func validate(s *Session, pfx string) error {
 // deleted, within a bounded time even if etcd cannot be reached (after
 // which the session deletes it once etcd answers again).
 func (m *Mutex) Lock(ctx context.Context) error {
-	return m.lock(ctx, mutexRule(m.pfx), m.key, true, validate(m.s, m.pfx))
+	return m.lock(ctx, mutexRule(m.pfx), m.key, "", true, validate(m.s, m.pfx))
 }
 
 // TryLock takes the lock if it is free (or already held by this session
@@ -77,7 +77,7 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // two when it is not. It also returns ErrLocked, without talking to etcd,
 // while another goroutine holds or is acquiring this Mutex.
 func (m *Mutex) TryLock(ctx context.Context) error {
-	return m.lock(ctx, mutexRule(m.pfx), m.key, false, validate(m.s, m.pfx))
+	return m.lock(ctx, mutexRule(m.pfx), m.key, "", false, validate(m.s, m.pfx))
 }
 
 // Unlock releases the lock: it deletes the lock key if, and only if, it is

@@ -862,3 +862,37 @@ func TestLockerPanicsWithError(t *testing.T) {
 	l.Lock()
 	t.Fatal("Lock on a closed session did not panic")
 }
+
+// Many sessions cycling on one lock all get through, one at a time: every
+// wake-up and re-check of the wait, under contention, for long enough to
+// meet the interleavings where the key a waiter is about to watch goes
+// between its read and its watch.
+func TestMutexContendedLiveness(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	const workers, rounds = 8, 25
+	var inside atomic.Int64
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	for i := range workers {
+		m := concurrency.NewMutex(newSession(t, sharedClient(t)), pfx)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				err := m.Do(ctx, func(context.Context) error {
+					if n := inside.Add(1); n != 1 {
+						return fmt.Errorf("%d holders at once", n)
+					}
+					inside.Add(-1)
+					return nil
+				})
+				if err != nil {
+					t.Errorf("worker %d, round %d: %v", i, r, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

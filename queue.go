@@ -94,12 +94,12 @@ func acquire(ctx context.Context, s *Session, r rule, key, val string, update, w
 	if waiting != nil {
 		waiting(q.rev)
 	}
-	hdr, err := waitDeletes(wctx, s, r, key, q.rev, q.next, q.hdr.Revision)
+	hdr, readRev, err := waitDeletes(wctx, s, r, key, q.rev, q.next, q.hdr.Revision)
 	if err == nil {
 		if r.limit > 1 {
 			promote(ctx, s, key, q.rev)
 		}
-		return newHold(s, key, q.rev, hdr.Revision), hdr, nil
+		return newHold(s, key, q.rev, readRev), hdr, nil
 	}
 	// Say why the wait ended: the caller's context first, so that
 	// errors.Is(err, ctx.Err()) holds, then the session.

@@ -54,7 +54,9 @@ type target struct {
 }
 
 // waitDeletes blocks until key, created at rev, holds by rule r, and
-// returns the header of the read that showed it. next is what to wait for
+// returns the header of the read that showed it and the revision the read
+// was at (which is not the header's for a read at a past revision). next
+// is what to wait for
 // first, as last read at revision seenRev, or the zero target if unknown.
 // The key's own deletion is found by the read that follows each wake-up
 // (ErrSessionExpired), and the end of the session ends the wait through ctx
@@ -62,7 +64,7 @@ type target struct {
 // end the wait: it reads again once etcd answers, and keeps its place
 // (etcd's package also kept waiting). It leaves key in place: the caller
 // cleans up.
-func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64, next target, seenRev int64) (*pb.ResponseHeader, error) {
+func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64, next target, seenRev int64) (*pb.ResponseHeader, int64, error) {
 	wait := firstRetry
 	for {
 		var at int64 // the revision of the event that ended the wait, 0 if unknown
@@ -74,45 +76,48 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 			at, err = waitDelete(ctx, s.client, next, seenRev)
 		}
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		resp, err := recheck(ctx, s.client, r, key, rev, at)
+		resp, readRev, err := recheck(ctx, s.client, r, key, rev, at)
 		if transient(err) {
 			if !sleepCtx(ctx, wait) {
-				return nil, ctx.Err()
+				return nil, 0, ctx.Err()
 			}
 			wait = min(2*wait, retryInterval)
 			next = target{} // read again, at once
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		wait = firstRetry
 		own := resp.Responses[0].GetResponseRange().Kvs
 		if len(own) == 0 || own[0].CreateRevision != rev {
 			s.check()
-			return nil, fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key)
+			return nil, 0, fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key)
 		}
 		older := resp.Responses[1].GetResponseRange().Kvs
 		if r.check != nil {
 			if err := r.check(older); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 		}
 		var holds bool
 		if holds, next = r.judge(older, rev); holds {
-			return resp.Header, nil
+			return resp.Header, readRev, nil
 		}
-		seenRev = resp.Header.Revision
+		// What the read showed is the key space at readRev: wait for what
+		// happened after it, even if the member has moved on.
+		seenRev = readRev
 	}
 }
 
 // recheck reads, in one transaction, key and the newest limit+1 keys of
 // over older than rev: serializably at revision at if at > 0 (see the top
 // of this file), falling back to a linearizable read if the member cannot
-// answer at at; linearizably if at is 0.
-func recheck(ctx context.Context, client *clientv3.Client, r rule, key string, rev, at int64) (*clientv3.TxnResponse, error) {
+// answer at at; linearizably if at is 0. It returns the revision the read
+// was at: at, or the header's revision.
+func recheck(ctx context.Context, client *clientv3.Client, r rule, key string, rev, at int64) (*clientv3.TxnResponse, int64, error) {
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
 		clientv3.WithLimit(int64(r.limit) + 1), clientv3.WithMaxCreateRev(rev - 1)}
 	var own []clientv3.OpOption
@@ -121,10 +126,16 @@ func recheck(ctx context.Context, client *clientv3.Client, r rule, key string, r
 		opts = append(opts, own...)
 	}
 	resp, err := client.Txn(ctx).Then(clientv3.OpGet(key, own...), clientv3.OpGet(r.over, opts...)).Commit()
-	if at > 0 && (errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted)) {
+	switch {
+	case at > 0 && (errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted)):
 		return recheck(ctx, client, r, key, rev, 0)
+	case err != nil:
+		return nil, 0, err
+	case at > 0:
+		return resp, at, nil
+	default:
+		return resp, resp.Header.Revision, nil
 	}
-	return resp, err
 }
 
 // waitDelete blocks until t.key, which had create revision t.create (and
