@@ -5,7 +5,11 @@
 // changing only its import path, and so that this package, etcd's package
 // and `etcdctl lock` exclude one another on the same lock name. Its
 // software transactional memory (NewSTM and the names around it) is etcd's
-// own, re-exported unchanged.
+// own, re-exported unchanged. On the same queue, wait and hold it adds what
+// etcd's package lacks: Semaphore (at most n holders), RWMutex (readers
+// share, writers are not starved), LockAll (several locks, all or none,
+// without deadlock) and Lead (keep one leader running across session loss,
+// restarts and shutdowns).
 //
 // # The contract
 //
