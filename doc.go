@@ -16,9 +16,13 @@
 // A lock name is a queue of keys, one per session, each attached to its
 // session's lease. The key with the smallest create revision holds the lock;
 // the others wait in create-revision order, each watching only the key just
-// before its own. Lock returns nil only after a linearizable read showed its
-// key first in the queue, so at any etcd revision at most one session holds
-// the lock, and holders follow one another in create-revision order.
+// before its own. Lock returns nil only after a read showed its key first
+// in the queue at the revision of the returned header (a linearizable read,
+// or after a predecessor's deletion a serializable one on the waiter's own
+// member; see waitdeletes.go), so at any etcd revision at most one session
+// holds the lock, and holders follow one another in create-revision order.
+// A Semaphore lets the limit oldest keys hold; an RWMutex reader needs no
+// older writer, a writer no older key.
 //
 // A hold ends at Unlock, when its key is deleted by anyone, or when its
 // lease ends: revoked, or expired because the session stopped renewing it

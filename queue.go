@@ -3,6 +3,7 @@ package concurrency
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -31,6 +32,10 @@ type rule struct {
 	// check, if not nil, vets the older keys that a read returned (the kind
 	// of lock and its limit): an error ends the acquisition, leaving no key.
 	check func(older []*mvccpb.KeyValue) error
+	// foreign, if not "", ends the range [pfx, foreign) of keys of other
+	// kinds of lock that over does not take in: enqueue refuses the name,
+	// with ErrLockKind, if the range holds a key.
+	foreign string
 }
 
 // mutexRule is the rule of a Mutex or an Election named by prefix pfx.
@@ -94,12 +99,12 @@ func acquire(ctx context.Context, s *Session, r rule, key, val string, update, w
 	if waiting != nil {
 		waiting(q.rev)
 	}
-	hdr, readRev, err := waitDeletes(wctx, s, r, key, q.rev, q.next, q.hdr.Revision)
+	hdr, err := waitDeletes(wctx, s, r, key, q.rev, q.next, q.hdr.Revision)
 	if err == nil {
 		if r.limit > 1 {
 			promote(ctx, s, key, q.rev)
 		}
-		return newHold(s, key, q.rev, readRev), hdr, nil
+		return newHold(s, key, q.rev, hdr.Revision), hdr, nil
 	}
 	// Say why the wait ended: the caller's context first, so that
 	// errors.Is(err, ctx.Err()) holds, then the session.
@@ -147,9 +152,13 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string, update bo
 			[]clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id))},
 			nil))
 	}
+	then := []clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id)), clientv3.OpGet(r.over, newest...)}
+	if r.foreign != "" {
+		then = append(then, clientv3.OpGet(r.pfx, clientv3.WithRange(r.foreign), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
+	}
 	resp, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, val, clientv3.WithLease(s.id)), clientv3.OpGet(r.over, newest...)).
+		Then(then...).
 		Else(orElse...).
 		Commit()
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -171,6 +180,11 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string, update bo
 		q.holds, q.next = r.judge(older, q.rev)
 		if r.check != nil {
 			q.err = r.check(older)
+		}
+		if r.foreign != "" {
+			if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 && q.err == nil {
+				q.err = fmt.Errorf("%w: %q", ErrLockKind, kvs[0].Key)
+			}
 		}
 		return q, nil
 	}

@@ -48,7 +48,10 @@ func NewRWMutex(s *Session, pfx string) *RWMutex {
 func (m *RWMutex) rule(write bool) rule {
 	r := mutexRule(m.pfx)
 	if !write {
+		// A reader counts only writers; the keys of other kinds of lock
+		// (hex lease IDs sort before "r/") it checks apart.
 		r.over = m.pfx + "w/"
+		r.foreign = m.pfx + "r/"
 	}
 	r.check = func(older []*mvccpb.KeyValue) error {
 		for _, kv := range older {

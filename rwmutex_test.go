@@ -146,3 +146,24 @@ func TestRWMutexBadInput(t *testing.T) {
 	}
 	m.Unlock(t.Context())
 }
+
+// A reader, which counts only writers, still refuses a name that another
+// kind of lock holds.
+func TestRWMutexReaderOnMutexName(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	m := concurrency.NewMutex(newSession(t, c), pfx)
+	if err := m.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unlock(t.Context())
+	if err := concurrency.NewRWMutex(newSession(t, c), pfx).TryRLock(t.Context()); !errors.Is(err, concurrency.ErrLockKind) {
+		t.Fatalf("TryRLock on a name a Mutex holds = %v, want ErrLockKind", err)
+	}
+	if err := concurrency.NewRWMutex(newSession(t, c), pfx).RLock(t.Context()); !errors.Is(err, concurrency.ErrLockKind) {
+		t.Fatalf("RLock on a name a Mutex holds = %v, want ErrLockKind", err)
+	}
+	if n := len(etcdtest.Keys(t, c, pfx)); n != 1 {
+		t.Fatalf("%d keys, want the Mutex's", n)
+	}
+}

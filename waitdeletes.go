@@ -28,16 +28,20 @@ import (
 // only then is the key read again.
 //
 // When the predecessor's deletion arrives as a watch event at revision R,
-// the re-check is a serializable read at R, answered by the waiter's own
-// member without a trip to the leader. It is as good as a linearizable
-// read: the key space at revision R is the same, forever, on every member,
-// and a key older than the waiter's can only disappear after R, never
-// appear (new keys get newer create revisions). So "no older key at R, and
-// my key present at R" proves the waiter first from R until its own key is
-// deleted, exactly what a linearizable read at a later revision proves. A
-// member that has not applied R yet (future revision) or has compacted it
-// gets a linearizable read instead. Each handoff then costs the previous
-// holder's delete and a local read.
+// the re-check is a serializable read answered by the waiter's own member
+// without a trip to the leader: the older keys at R, and the waiter's own
+// key at the member's newest revision H >= R, in one read view. The key
+// space at revision R is the same, forever, on every member, and a key
+// older than the waiter's can only disappear after R, never appear (new
+// keys get newer create revisions). So "no older key at R, and my key
+// present at H" proves the waiter first at H, which the returned header
+// says, until its own key is deleted: what a linearizable read proves, as
+// of the newest revision the member has applied. A member that has not
+// applied R yet (future revision) or has compacted it gets a linearizable
+// read instead. Each handoff then costs the previous holder's delete and a
+// local read. (The waiter's member may lag the leader; the session's
+// conservative deadline still ends the session before its lease can
+// expire, as with any read.)
 
 // target is what a waiter waits for: the deletion of one key (the newest
 // older key that counts against it), or also a new value of that key (when
@@ -54,9 +58,8 @@ type target struct {
 }
 
 // waitDeletes blocks until key, created at rev, holds by rule r, and
-// returns the header of the read that showed it and the revision the read
-// was at (which is not the header's for a read at a past revision). next
-// is what to wait for
+// returns the header of the read that showed it: at the header's revision,
+// key existed and held. next is what to wait for
 // first, as last read at revision seenRev, or the zero target if unknown.
 // The key's own deletion is found by the read that follows each wake-up
 // (ErrSessionExpired), and the end of the session ends the wait through ctx
@@ -64,47 +67,51 @@ type target struct {
 // end the wait: it reads again once etcd answers, and keeps its place
 // (etcd's package also kept waiting). It leaves key in place: the caller
 // cleans up.
-func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64, next target, seenRev int64) (*pb.ResponseHeader, int64, error) {
+func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64, next target, seenRev int64) (*pb.ResponseHeader, error) {
 	wait := firstRetry
+	// behind: the last range watch found the server past the read; the next
+	// one starts from the read, so that a busy name cannot keep it reading.
+	behind := false
 	for {
 		var at int64 // the revision of the event that ended the wait, 0 if unknown
 		var err error
 		switch {
 		case next.over != "":
-			at, err = waitRange(ctx, s.client, next.over, seenRev)
+			at, err = waitRange(ctx, s.client, next.over, seenRev, behind)
+			behind = at == 0
 		case next.key != "":
 			at, err = waitDelete(ctx, s.client, next, seenRev)
 		}
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		resp, readRev, err := recheck(ctx, s.client, r, key, rev, at)
 		if transient(err) {
 			if !sleepCtx(ctx, wait) {
-				return nil, 0, ctx.Err()
+				return nil, ctx.Err()
 			}
 			wait = min(2*wait, retryInterval)
 			next = target{} // read again, at once
 			continue
 		}
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		wait = firstRetry
 		own := resp.Responses[0].GetResponseRange().Kvs
 		if len(own) == 0 || own[0].CreateRevision != rev {
 			s.check()
-			return nil, 0, fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key)
+			return nil, fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key)
 		}
 		older := resp.Responses[1].GetResponseRange().Kvs
 		if r.check != nil {
 			if err := r.check(older); err != nil {
-				return nil, 0, err
+				return nil, err
 			}
 		}
 		var holds bool
 		if holds, next = r.judge(older, rev); holds {
-			return resp.Header, readRev, nil
+			return resp.Header, nil
 		}
 		// What the read showed is the key space at readRev: wait for what
 		// happened after it, even if the member has moved on.
@@ -113,17 +120,21 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 }
 
 // recheck reads, in one transaction, key and the newest limit+1 keys of
-// over older than rev: serializably at revision at if at > 0 (see the top
-// of this file), falling back to a linearizable read if the member cannot
-// answer at at; linearizably if at is 0. It returns the revision the read
-// was at: at, or the header's revision.
+// over older than rev. If at > 0 it reads serializably (see the top of
+// this file): the older keys at revision at, and key at the member's
+// newest revision, the header's, which is at least at; it falls back to a
+// linearizable read if the member cannot answer at at. If at is 0 it reads
+// linearizably. It returns the revision the older keys were read at: at,
+// or the header's revision.
 func recheck(ctx context.Context, client *clientv3.Client, r rule, key string, rev, at int64) (*clientv3.TxnResponse, int64, error) {
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
 		clientv3.WithLimit(int64(r.limit) + 1), clientv3.WithMaxCreateRev(rev - 1)}
 	var own []clientv3.OpOption
 	if at > 0 {
-		own = []clientv3.OpOption{clientv3.WithRev(at), clientv3.WithSerializable()}
-		opts = append(opts, own...)
+		// The older keys at at, the key itself at the member's newest
+		// revision (one read view, so no older than at).
+		own = []clientv3.OpOption{clientv3.WithSerializable()}
+		opts = append(opts, clientv3.WithRev(at), clientv3.WithSerializable())
 	}
 	resp, err := client.Txn(ctx).Then(clientv3.OpGet(key, own...), clientv3.OpGet(r.over, opts...)).Commit()
 	switch {
@@ -215,19 +226,30 @@ func watchDelete(ctx context.Context, client *clientv3.Client, t target, seenRev
 }
 
 // waitRange blocks until a key under prefix over is deleted after revision
-// seenRev, and returns the revision of the deletion (0 if a failed watch
-// was not resumed: the caller reads again anyway). It returns ctx.Err()
-// when ctx ends, and the error when watching fails for a reason that
-// waiting cannot fix.
-func waitRange(ctx context.Context, client *clientv3.Client, over string, seenRev int64) (int64, error) {
+// seenRev, and returns the revision of the deletion (0 if it may have
+// missed one: the caller reads again). Like watchDelete it watches from the
+// server's current revision, which etcd serves at once, unless fromSeen:
+// then from seenRev+1, which etcd may serve up to 100 ms late but which
+// misses nothing. If the current revision has moved past seenRev, the
+// first kind returns 0 at once, for the caller to read again and then
+// watch from what it read. It returns ctx.Err() when ctx ends, and the
+// error when watching fails for a reason that waiting cannot fix.
+func waitRange(ctx context.Context, client *clientv3.Client, over string, seenRev int64, fromSeen bool) (int64, error) {
 	var at int64
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
+	if fromSeen {
+		opts = append(opts, clientv3.WithRev(seenRev+1))
+	}
 	err := watchUntil(ctx, client, over, func(wr clientv3.WatchResponse) (bool, error) {
+		if wr.Created && !fromSeen && wr.Header.Revision > seenRev {
+			return true, nil
+		}
 		if len(wr.Events) == 0 {
 			return false, nil
 		}
 		at = wr.Events[0].Kv.ModRevision
 		return true, nil
-	}, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithRev(seenRev+1))
+	}, opts...)
 	switch {
 	case err == nil || ctx.Err() != nil:
 		return at, ctx.Err()
