@@ -138,7 +138,9 @@ set to a small JSON record (host, pid, since when it waited and held) that
 inspect shows; other clients ignore the value. (Not with --limit: the value
 of a semaphore key is its limit.)
 
-Exit codes: the command's status, or 2 (usage), 120 (etcd unreachable),
+Exit codes: the command's status, or 1 (among other errors: the name is
+in use by another kind of lock, or a semaphore with another limit),
+2 (usage, including --limit below 1), 120 (etcd unreachable),
 121 (auth), 122 (lock lost), 123 (--try: busy), 124 (--timeout),
 126/127 (command cannot run / not found), 128+N (signal N while waiting).
 See 'etcdlock --help'.`,
