@@ -86,7 +86,7 @@ func TestFaults(t *testing.T) {
 		procs:     *flagProcs,
 		clients:   *flagClients,
 		ttl:       *flagTTL,
-		workloads: []string{"txn", "fence", "unguarded", "election", "lead"},
+		workloads: []string{"txn", "fence", "unguarded", "election", "lead", "semaphore", "rwmutex"},
 		faults:    allFaults,
 	}
 	res := runWith(t, pfx, cfg)

@@ -231,8 +231,11 @@ func startWatch(t *testing.T, cli *clientv3.Client, pfx string, from int64) *wat
 				continue
 			}
 			for _, ev := range wr.Events {
+				// A queue is named by the first part of the key under
+				// pfx: an RWMutex's keys are one level deeper (r/, w/).
 				key := string(ev.Kv.Key)
-				name := key[:strings.LastIndex(key, "/")]
+				wl, _, _ := strings.Cut(strings.TrimPrefix(key, pfx), "/")
+				name := pfx + wl
 				w.events[name] = append(w.events[name], hc.KeyEvent{Key: key, Delete: ev.Type == clientv3.EventTypeDelete,
 					Rev: ev.Kv.ModRevision, CreateRev: ev.Kv.CreateRevision, Lease: ev.Kv.Lease})
 				w.lastEvent = ev.Kv.ModRevision
@@ -361,10 +364,15 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 	for _, wl := range r.cfg.workloads {
 		name := r.pfx + "/lock/" + wl
 		tl := hc.NewTimeline(rep, name, events[name])
-		if wl == "election" || wl == "lead" {
+		switch wl {
+		case "election", "lead":
 			hc.CheckHolds(rep, name, byWorkload[wl], hc.FCampaign, tl, hc.OneLeader, hc.OneLeader)
 			hc.CheckTerms(rep, name, byWorkload[wl])
-		} else {
+		case "semaphore":
+			hc.CheckShared(rep, name, byWorkload[wl], tl, hc.SemaphoreRule(semLimit))
+		case "rwmutex":
+			hc.CheckShared(rep, name, byWorkload[wl], tl, hc.RWMutexRule())
+		default:
 			hc.CheckHolds(rep, name, byWorkload[wl], hc.FLock, tl, hc.Exclusion, hc.CreateOrder)
 		}
 	}
@@ -373,6 +381,17 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 		switch wl {
 		case "txn":
 			hc.CheckCounter(rep, byWorkload[wl], st)
+		case "semaphore":
+			for slot := 0; slot < semLimit; slot++ {
+				hc.CheckCounter(rep, slotOps(byWorkload[wl], slot), r.counter(ctx, fmt.Sprintf("/sem/counter/%d", slot), fmt.Sprintf("/sem/ops/%d/", slot)))
+			}
+			for _, op := range byWorkload[wl] {
+				if op.F == hc.FSlot && op.Err == errNoSlot {
+					rep.Violate(hc.SemLimit, "%s found no free permit slot (token %d): more than %d holders", op.Client, op.Token, semLimit)
+				}
+			}
+		case "rwmutex":
+			hc.CheckCounter(rep, byWorkload[wl], r.counter(ctx, "/rw/counter", "/rw/ops/"))
 		case "fence":
 			hc.CheckStore(rep, byWorkload[wl], log, "fenced", wl, true)
 		case "unguarded":
@@ -384,6 +403,52 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 		r.t.Logf("worker %d: history %s, log %s", w.p, w.history, w.log)
 	}
 	return &result{cfg: r.cfg, elapsed: elapsed, ops: countOps(all), faults: nem.counts(), injected: nem.log(), report: rep, version: r.version(ctx)}
+}
+
+// semLimit and errNoSlot are the semaphore workload's limit and the error
+// of a claim that found no free slot, as in faults/worker.
+const (
+	semLimit  = 2
+	errNoSlot = "no free slot"
+)
+
+// slotOps returns the guarded increments of ops on the counter of slot,
+// whose IDs begin with the slot, and the other ops.
+func slotOps(ops []hc.Op, slot int) []hc.Op {
+	var out []hc.Op
+	for _, op := range ops {
+		if op.F != hc.FIncr || strings.HasPrefix(op.ID, fmt.Sprintf("%d/", slot)) {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// counter reads a guarded counter at r.pfx+key and its per-increment keys
+// under r.pfx+ops, named by the increments' IDs less the slot, if any.
+func (r *run) counter(ctx context.Context, key, ops string) hc.CounterState {
+	st := hc.CounterState{Ops: map[string]int64{}}
+	resp, err := r.ctl.Get(ctx, r.pfx+key)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if len(resp.Kvs) == 1 {
+		fmt.Sscan(string(resp.Kvs[0].Value), &st.Value)
+	}
+	opsResp, err := r.ctl.Get(ctx, r.pfx+ops, clientv3.WithPrefix())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, kv := range opsResp.Kvs {
+		var v int64
+		fmt.Sscan(string(kv.Value), &v)
+		id := strings.TrimPrefix(string(kv.Key), r.pfx+ops)
+		if strings.HasPrefix(ops, "/sem/ops/") {
+			id = strings.TrimPrefix(ops, "/sem/ops/") + id
+		}
+		st.Ops[id] = v
+	}
+	return st
 }
 
 // leftovers lists what the run left in etcd: keys under the lock and

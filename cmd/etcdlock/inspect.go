@@ -16,18 +16,32 @@ func newInspectCommand(conn *connFlags) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "inspect [--json] NAME",
-		Short: "Show the holder of a lock and its waiters in queue order",
-		Long: `Show the holder of the lock NAME and its waiters in queue order, with each
+		Short: "Show the holders of a lock and its waiters in queue order",
+		Long: `Show the holders of the lock NAME and its waiters in queue order, with each
 key, lease ID, lease TTL left, create revision (the holder's fencing token),
-and how long each has waited and held. etcd keeps no time with a key: times
-come from the record 'etcdlock lock' writes into its key (on the clock of
-its host), and are "-" for keys of other clients (etcdctl, libraries).
+how long each has waited and held, and its kind. etcd keeps no time with a
+key: times come from the record 'etcdlock lock' writes into its key (on the
+clock of its host), and are "-" for keys of other clients (etcdctl,
+libraries) and for semaphore keys, whose value is their limit.
+
+Every kind of lock is shown, told apart by its keys: KIND is "mutex" for
+NAME/<lease> (a Mutex, etcdctl lock, or an election's candidate: the same
+keys), "semaphore/N" for NAME/<lease>-<seq> with limit N, "reader" and
+"writer" for NAME/r/... and NAME/w/... of a reader/writer lock. A key holds
+by the rule of its kind: a mutex key or a writer when it is the oldest, a
+semaphore key when it is among the N oldest, a reader when no writer is
+older. POSITION is "holder" for a key that holds, else its place among the
+waiters.
 
 --json prints one object for scripts:
-  {"name", "prefix", "revision", "holder": ENTRY or null, "waiters": [ENTRY...]}
-  ENTRY: {"key", "lease" (hex), "ttl_seconds" (-1: lease gone), "create_revision",
-          "position" (0: holder, 1: next waiter...), "value" (if not etcdlock's),
-          "host", "pid", "waiting_since", "held_since", "waited_seconds", "held_seconds"}
+  {"name", "prefix", "revision", "kind" ("mutex", "semaphore", "rwmutex",
+   "mixed", or "" when free), "holder": the oldest holder, ENTRY or null,
+   "holders": [ENTRY...], "waiters": [ENTRY...]}
+  ENTRY: {"key", "kind" ("mutex", "semaphore", "reader", "writer", "other"),
+          "limit" (semaphore), "holds", "lease" (hex), "ttl_seconds" (-1:
+          lease gone), "create_revision", "position" (0: holder, 1: next
+          waiter...), "value" (if not etcdlock's), "host", "pid",
+          "waiting_since", "held_since", "waited_seconds", "held_seconds"}
 The fields from etcdlock's record are absent for other clients' keys.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -63,12 +77,17 @@ type lockState struct {
 	Name     string        `json:"name"`
 	Prefix   string        `json:"prefix"`
 	Revision int64         `json:"revision"`
+	Kind     string        `json:"kind"`
 	Holder   *entryState   `json:"holder"`
+	Holders  []*entryState `json:"holders"`
 	Waiters  []*entryState `json:"waiters"`
 }
 
 type entryState struct {
 	Key            string     `json:"key"`
+	Kind           string     `json:"kind"`
+	Limit          int        `json:"limit,omitempty"`
+	Holds          bool       `json:"holds"`
 	Lease          string     `json:"lease"`
 	TTL            int64      `json:"ttl_seconds"`
 	CreateRevision int64      `json:"create_revision"`
@@ -91,9 +110,9 @@ func inspect(ctx context.Context, conn *connFlags, cli *clientv3.Client, name st
 		return nil, fmt.Errorf("reading lock %q: %w", name, err)
 	}
 	now := time.Now()
-	st := &lockState{Name: name, Prefix: lockPrefix(name), Revision: rev, Waiters: []*entryState{}}
-	for i, e := range q {
-		es := &entryState{Key: e.Key, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: -1, CreateRevision: e.Rev, Position: i}
+	st := &lockState{Name: name, Prefix: lockPrefix(name), Revision: rev, Kind: queueKind(q), Holders: []*entryState{}, Waiters: []*entryState{}}
+	for _, e := range q {
+		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: -1, CreateRevision: e.Rev}
 		if e.Lease != clientv3.NoLease {
 			ttl, err := cli.TimeToLive(rctx, e.Lease)
 			if err != nil {
@@ -101,7 +120,7 @@ func inspect(ctx context.Context, conn *connFlags, cli *clientv3.Client, name st
 			}
 			es.TTL = ttl.TTL
 		}
-		if m := e.Meta; m != nil {
+		if m := e.Meta; m != nil && e.Kind != kindSemaphore {
 			es.Host, es.PID, es.WaitingSince = m.Host, m.PID, &m.WaitingSince
 			if !m.HeldSince.IsZero() {
 				es.HeldSince = &m.HeldSince
@@ -115,11 +134,15 @@ func inspect(ctx context.Context, conn *connFlags, cli *clientv3.Client, name st
 		if d, ok := e.held(now); ok {
 			es.Held = seconds(d)
 		}
-		if i == 0 {
-			st.Holder = es
+		if e.Holds {
+			st.Holders = append(st.Holders, es)
 		} else {
+			es.Position = len(st.Waiters) + 1
 			st.Waiters = append(st.Waiters, es)
 		}
+	}
+	if len(st.Holders) > 0 {
+		st.Holder = st.Holders[0]
 	}
 	return st, nil
 }
@@ -130,14 +153,24 @@ func seconds(d time.Duration) *float64 {
 }
 
 func (st *lockState) print(w io.Writer) {
-	if st.Holder == nil {
+	switch {
+	case st.Holder == nil && len(st.Waiters) == 0:
 		fmt.Fprintf(w, "lock %q is free (revision %d)\n", st.Name, st.Revision)
 		return
+	case st.Kind == kindMutex:
+		fmt.Fprintf(w, "lock %q is held, %d waiting (revision %d)\n", st.Name, len(st.Waiters), st.Revision)
+	case st.Kind == kindSemaphore:
+		fmt.Fprintf(w, "semaphore %q (limit %d): %d of its permits held, %d waiting (revision %d)\n", st.Name, append(st.Holders, st.Waiters...)[0].Limit, len(st.Holders), len(st.Waiters), st.Revision)
+	case st.Kind == "rwmutex" && st.Holder != nil && st.Holder.Kind == kindWriter:
+		fmt.Fprintf(w, "reader/writer lock %q is held by a writer, %d waiting (revision %d)\n", st.Name, len(st.Waiters), st.Revision)
+	case st.Kind == "rwmutex":
+		fmt.Fprintf(w, "reader/writer lock %q is held by %d readers, %d waiting (revision %d)\n", st.Name, len(st.Holders), len(st.Waiters), st.Revision)
+	default:
+		fmt.Fprintf(w, "lock %q has keys of several kinds: %d hold by the rule of their kind, %d wait (revision %d)\n", st.Name, len(st.Holders), len(st.Waiters), st.Revision)
 	}
-	fmt.Fprintf(w, "lock %q is held, %d waiting (revision %d)\n", st.Name, len(st.Waiters), st.Revision)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POSITION\tKEY\tLEASE\tTTL\tCREATE-REV\tWAITED\tHELD\tPID\tHOST")
-	for _, e := range append([]*entryState{st.Holder}, st.Waiters...) {
+	fmt.Fprintln(tw, "POSITION\tKEY\tLEASE\tTTL\tCREATE-REV\tWAITED\tHELD\tPID\tHOST\tKIND")
+	for _, e := range append(append([]*entryState{}, st.Holders...), st.Waiters...) {
 		pos := "holder"
 		if e.Position > 0 {
 			pos = fmt.Sprint(e.Position)
@@ -150,8 +183,12 @@ func (st *lockState) print(w io.Writer) {
 		if e.PID != 0 {
 			pid = fmt.Sprint(e.PID)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n",
-			pos, e.Key, e.Lease, ttl, e.CreateRevision, age(e.Waited), age(e.Held), pid, orDash(e.Host))
+		kind := e.Kind
+		if kind == kindSemaphore {
+			kind = fmt.Sprintf("semaphore/%d", e.Limit)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
+			pos, e.Key, e.Lease, ttl, e.CreateRevision, age(e.Waited), age(e.Held), pid, orDash(e.Host), kind)
 	}
 	tw.Flush()
 }

@@ -30,6 +30,60 @@ type lockOptions struct {
 	try       bool
 	killGrace time.Duration
 	quiet     bool
+	limit     int  // --limit: a Semaphore with this many permits; 0 without the flag
+	setLimit  bool // --limit was given (so that --limit 0 is refused)
+	shared    bool // --shared: an RWMutex's read side
+	exclusive bool // --exclusive: an RWMutex's write side
+}
+
+// locker is the one lock a lock command takes: a Mutex (plain lock), a
+// Semaphore's permit (--limit) or a side of an RWMutex (--shared,
+// --exclusive).
+type locker interface {
+	Lock(ctx context.Context) error
+	TryLock(ctx context.Context) error
+	Unlock(ctx context.Context) error
+	Key() string
+	Token() int64
+	Ctx() context.Context
+}
+
+type semLocker struct{ *concurrency.Semaphore }
+
+func (l semLocker) Lock(ctx context.Context) error    { return l.Acquire(ctx) }
+func (l semLocker) TryLock(ctx context.Context) error { return l.TryAcquire(ctx) }
+func (l semLocker) Unlock(ctx context.Context) error  { return l.Release(ctx) }
+
+type readLocker struct{ *concurrency.RWMutex }
+
+func (l readLocker) Lock(ctx context.Context) error    { return l.RLock(ctx) }
+func (l readLocker) TryLock(ctx context.Context) error { return l.TryRLock(ctx) }
+func (l readLocker) Unlock(ctx context.Context) error  { return l.RUnlock(ctx) }
+
+// kind names what o locks, for messages.
+func (o *lockOptions) kind() string {
+	switch {
+	case o.setLimit:
+		return fmt.Sprintf("semaphore (limit %d)", o.limit)
+	case o.shared:
+		return "rwmutex read side"
+	case o.exclusive:
+		return "rwmutex write side"
+	}
+	return "mutex"
+}
+
+// newLocker returns the lock that o asks for, named name, on session s.
+func (o *lockOptions) newLocker(s *concurrency.Session, name string) locker {
+	switch {
+	case o.setLimit:
+		return semLocker{concurrency.NewSemaphore(s, name, o.limit)}
+	case o.shared:
+		return readLocker{concurrency.NewRWMutex(s, name)}
+	case o.exclusive:
+		return concurrency.NewRWMutex(s, name)
+	}
+	return concurrency.NewMutex(s, name)
 }
 
 func newLockCommand(conn *connFlags) *cobra.Command {
@@ -39,12 +93,32 @@ func newLockCommand(conn *connFlags) *cobra.Command {
 		Short: "Acquire a lock and hold it until a signal, or run a command under it",
 		Long: `Acquire the lock NAME. Waiters are served in the order they arrived.
 
+Kinds of lock, chosen by flags; one name is used by one kind at a time:
+  (none)           a mutex, with etcd's keys NAME/<lease>: it excludes
+                   'etcdctl lock' and etcd's concurrency.Mutex on NAME
+  --limit N        one of N permits of a semaphore: at most N holders at
+                   once (like 'consul lock -n N'); keys NAME/<lease>-<seq>
+                   whose value is N. Every user of NAME must give the same N
+  --shared         the read side of a reader/writer lock: any number of
+                   --shared holders at once, none while an --exclusive holds
+  --exclusive      the write side of the same reader/writer lock: alone
+Readers and writers queue together, so a waiting --exclusive is not starved
+by later --shared ones. Plain lock is not the write side of --shared: it
+keeps etcd's mutex keys so that etcdctl interoperates, and it refuses (exit
+1) a name that holds reader/writer or semaphore keys, pointing at
+--exclusive or --limit, rather than mix kinds. Likewise --limit, --shared
+and --exclusive refuse (exit 1) a name in use by another kind of lock, and
+--limit a semaphore in use with another limit. The kind is checked from
+the name's keys before queueing; a key of another kind written just after
+that check is not seen by it.
+
 Without a command, print the lock key on stdout and hold the lock until
 SIGINT, SIGTERM or SIGHUP, then release it and exit 0.
 
 With a command, run it while holding the lock, with stdin, stdout and stderr
 passed through and these variables in its environment:
-  ETCD_LOCK_KEY  the lock key, NAME/<lease ID in hex>
+  ETCD_LOCK_KEY  the lock key, NAME/<lease ID in hex> (see above for
+                 --limit, --shared and --exclusive)
   ETCD_LOCK_REV  the fencing token: the lock key's create revision, which is
                  larger for every later holder of NAME (etcdctl lock puts a
                  response revision here instead)
@@ -61,14 +135,24 @@ last one.
 While waiting, print on stderr who holds the lock and the place in the
 queue, at most once every 5 s (not with --quiet). The lock key's value is
 set to a small JSON record (host, pid, since when it waited and held) that
-inspect shows; other clients ignore the value.
+inspect shows; other clients ignore the value. (Not with --limit: the value
+of a semaphore key is its limit.)
 
-Exit codes: the command's status, or 2 (usage), 120 (etcd unreachable),
+Exit codes: the command's status, or 1 (among other errors: the name is
+in use by another kind of lock, or a semaphore with another limit),
+2 (usage, including --limit below 1), 120 (etcd unreachable),
 121 (auth), 122 (lock lost), 123 (--try: busy), 124 (--timeout),
 126/127 (command cannot run / not found), 128+N (signal N while waiting).
 See 'etcdlock --help'.`,
 		Example: `  # one run of a cron job at a time across hosts, at most 10 minutes of waiting
   etcdlock --endpoints 10.0.0.1:2379 lock --timeout 10m nightly-report -- /usr/local/bin/report --full
+
+  # at most 3 backups at once across the fleet
+  etcdlock lock --limit 3 backups -- /usr/local/bin/backup
+
+  # many readers of a shared directory at once, a writer alone
+  etcdlock lock --shared dataset -- rsync -a /data/ /mnt/copy/
+  etcdlock lock --exclusive dataset -- /usr/local/bin/refresh-data
 
   # skip this run if another is still going
   etcdlock lock --try nightly-report -- /usr/local/bin/report || [ $? -eq 123 ]
@@ -82,6 +166,7 @@ See 'etcdlock --help'.`,
 			if err != nil {
 				return err
 			}
+			o.setLimit = cmd.Flags().Changed("limit")
 			return o.run(conn, name, command, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -91,6 +176,9 @@ See 'etcdlock --help'.`,
 	f.BoolVar(&o.try, "try", false, "do not wait: exit 123 at once if the lock is held")
 	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "after the lock is lost, time between SIGTERM and SIGKILL to the command; 0 sends SIGKILL at once")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no waiting and holding messages on stderr")
+	f.IntVar(&o.limit, "limit", 0, "hold one of this many permits of a semaphore named NAME (at least 1)")
+	f.BoolVar(&o.shared, "shared", false, "hold the read side of a reader/writer lock named NAME")
+	f.BoolVar(&o.exclusive, "exclusive", false, "hold the write side of a reader/writer lock named NAME")
 	return cmd
 }
 
@@ -118,6 +206,12 @@ func (o *lockOptions) validate() error {
 		return usagef("--timeout must not be negative, not %v", o.timeout)
 	case o.killGrace < 0:
 		return usagef("--kill-grace must not be negative, not %v", o.killGrace)
+	case o.setLimit && o.limit < 1:
+		return withCode(exitUsage, fmt.Errorf("--limit must be at least 1, not %d: %w", o.limit, concurrency.ErrInvalidLimit))
+	case o.shared && o.exclusive:
+		return usagef("--shared and --exclusive cannot be used together")
+	case o.setLimit && (o.shared || o.exclusive):
+		return usagef("--limit cannot be used with --shared or --exclusive")
 	}
 	return nil
 }
@@ -250,7 +344,10 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 	defer c.close()
 	cli, sigc, wctx := c.cli, c.sigc, c.ctx
 
-	m := concurrency.NewMutex(c.s, name)
+	if err := o.kindAllowed(wctx, conn, cli, name); err != nil {
+		return orInterrupted(wctx, fmt.Sprintf("while waiting for lock %q", name), err)
+	}
+	m := o.newLocker(c.s, name)
 	since := time.Now()
 	err = o.acquire(wctx, conn, cli, m, name, since, stderr)
 	c.endWait()
@@ -266,14 +363,16 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 	hold := m.Ctx()
 	md := newMeta(since)
 	md.HeldSince = time.Now().UTC()
-	actx, cancel := conn.requestCtx(hold)
-	annotate(actx, cli, key, token, md) // only informs inspect: a failure changes nothing
-	cancel()
+	if !o.setLimit { // a semaphore key's value is its limit
+		actx, cancel := conn.requestCtx(hold)
+		annotate(actx, cli, key, token, md) // only informs inspect: a failure changes nothing
+		cancel()
+	}
 
 	if len(command) == 0 {
 		fmt.Fprintln(stdout, key)
 		if !o.quiet {
-			fmt.Fprintf(stderr, "etcdlock: holding lock %q as %s (token %d) until SIGINT, SIGTERM or SIGHUP\n", name, key, token)
+			fmt.Fprintf(stderr, "etcdlock: holding lock %q (%s) as %s (token %d) until SIGINT, SIGTERM or SIGHUP\n", name, o.kind(), key, token)
 		}
 		select {
 		case <-sigc:
@@ -329,7 +428,7 @@ func startSession(ctx context.Context, conn *connFlags, cli *clientv3.Client, tt
 
 // acquire takes the lock: at once with --try, otherwise waiting (at most
 // --timeout) and reporting the wait on stderr.
-func (o *lockOptions) acquire(ctx context.Context, conn *connFlags, cli *clientv3.Client, m *concurrency.Mutex, name string, since time.Time, stderr io.Writer) error {
+func (o *lockOptions) acquire(ctx context.Context, conn *connFlags, cli *clientv3.Client, m locker, name string, since time.Time, stderr io.Writer) error {
 	if o.try {
 		rctx, cancel := conn.requestCtx(ctx)
 		defer cancel()
@@ -360,7 +459,7 @@ func (o *lockOptions) acquire(ctx context.Context, conn *connFlags, cli *clientv
 // reportWaiting runs while Lock waits. Once Lock has queued its key, it
 // writes this process's metadata into it and, every reportInterval, prints
 // the holder and the key's place in the queue.
-func (o *lockOptions) reportWaiting(ctx context.Context, conn *connFlags, cli *clientv3.Client, m *concurrency.Mutex, name string, since time.Time, stderr io.Writer) {
+func (o *lockOptions) reportWaiting(ctx context.Context, conn *connFlags, cli *clientv3.Client, m locker, name string, since time.Time, stderr io.Writer) {
 	// Lock sets Key once it has written the key and found the lock held.
 	poll := time.NewTicker(20 * time.Millisecond)
 	defer poll.Stop()
@@ -386,13 +485,14 @@ func (o *lockOptions) reportWaiting(ctx context.Context, conn *connFlags, cli *c
 		}
 		rctx, cancel := conn.requestCtx(ctx)
 		q, _, err := readQueue(rctx, cli, name)
-		if i := find(q, key); err == nil && i > 0 {
-			if !annotated {
-				annotated = annotate(rctx, cli, key, q[i].Rev, newMeta(since)) == nil
+		held, waiting := holders(q)
+		if i := find(waiting, key); err == nil && i >= 0 {
+			if !annotated && !o.setLimit {
+				annotated = annotate(rctx, cli, key, waiting[i].Rev, newMeta(since)) == nil
 			}
 			if !o.quiet && ctx.Err() == nil {
 				fmt.Fprintf(stderr, "etcdlock: waiting for lock %q held by %s; position %d of %d in the queue\n",
-					name, q[0].describe(time.Now()), i, len(q)-1)
+					name, heldBy(held, time.Now()), i+1, len(waiting))
 			}
 		}
 		cancel()
@@ -413,6 +513,10 @@ func (o *lockOptions) waitError(wctx context.Context, conn *connFlags, cli *clie
 		return withCode(exitTimeout, fmt.Errorf("gave up waiting for lock %q after --timeout %v%s", name, o.timeout, holderNote(conn, cli, name)))
 	case errors.Is(err, concurrency.ErrSessionExpired):
 		return withCode(exitLost, fmt.Errorf("while waiting for lock %q: %w", name, err))
+	case errors.Is(err, concurrency.ErrLimitMismatch):
+		return fmt.Errorf("lock %q is a semaphore with another limit than --limit %d: %w", name, o.limit, err)
+	case errors.Is(err, concurrency.ErrLockKind):
+		return fmt.Errorf("lock %q is in use by another kind of lock than a %s%s: %w", name, o.kind(), kindNote(conn, cli, name), err)
 	}
 	return fmt.Errorf("locking %q: %w", name, err)
 }
@@ -426,7 +530,50 @@ func holderNote(conn *connFlags, cli *clientv3.Client, name string) string {
 	if err != nil || len(q) == 0 {
 		return ""
 	}
-	return fmt.Sprintf(": held by %s, %d waiting", q[0].describe(time.Now()), len(q)-1)
+	held, waiting := holders(q)
+	return fmt.Sprintf(": held by %s, %d waiting", heldBy(held, time.Now()), len(waiting))
+}
+
+// kindNote is " (its keys are ...)" for an error message, or "".
+func kindNote(conn *connFlags, cli *clientv3.Client, name string) string {
+	ctx, cancel := conn.requestCtx(context.Background())
+	defer cancel()
+	q, _, err := readQueue(ctx, cli, name)
+	if err != nil || len(q) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (its keys are of kind %s; see 'etcdlock inspect %s')", queueKind(q), name)
+}
+
+// kindAllowed refuses, before lock queues, a name whose keys are of
+// another kind than o's lock, pointing at the flag that takes that kind.
+// The library refuses older keys of another kind for --limit and
+// --exclusive itself, but neither a Mutex nor an RWMutex reader (which
+// only looks at writers' keys) can tell: without this check, plain lock on
+// a reader/writer lock's name, or --shared on a mutex's or a semaphore's,
+// would hold alongside it. A key of another kind written after the check
+// is not seen; the check is for people mixing up names, not a lock.
+func (o *lockOptions) kindAllowed(ctx context.Context, conn *connFlags, cli *clientv3.Client, name string) error {
+	rctx, cancel := conn.requestCtx(ctx)
+	defer cancel()
+	q, _, err := readQueue(rctx, cli, name)
+	if err != nil {
+		return fmt.Errorf("reading lock %q: %w", name, err)
+	}
+	rw := o.shared || o.exclusive
+	for _, e := range q {
+		switch {
+		case (e.Kind == kindReader || e.Kind == kindWriter) && !rw:
+			return fmt.Errorf("lock %q is a reader/writer lock (key %s): use 'lock --exclusive' for its write side or 'lock --shared' for its read side: %w", name, e.Key, concurrency.ErrLockKind)
+		case e.Kind == kindSemaphore && !o.setLimit:
+			return fmt.Errorf("lock %q is a semaphore with limit %q (key %s): use 'lock --limit %s': %w", name, e.Value, e.Key, e.Value, concurrency.ErrLockKind)
+		case e.Kind == kindMutex && (o.setLimit || rw):
+			return fmt.Errorf("lock %q is a mutex (key %s): use plain 'lock', without --limit, --shared or --exclusive: %w", name, e.Key, concurrency.ErrLockKind)
+		case e.Kind == kindOther:
+			return fmt.Errorf("lock %q has a key of no kind etcdlock knows (%s): %w", name, e.Key, concurrency.ErrLockKind)
+		}
+	}
+	return nil
 }
 
 // lostError is the error of a hold that ended before it was released.
@@ -436,7 +583,7 @@ func lostError(name string, hold context.Context, while string) error {
 
 // release unlocks m within --command-timeout. If that fails, the key stays
 // until the session's lease is revoked or expires.
-func (o *lockOptions) release(conn *connFlags, m *concurrency.Mutex, name string, stderr io.Writer) {
+func (o *lockOptions) release(conn *connFlags, m locker, name string, stderr io.Writer) {
 	ctx, cancel := conn.requestCtx(context.Background())
 	defer cancel()
 	if err := m.Unlock(ctx); err != nil && !errors.Is(err, concurrency.ErrLockReleased) {

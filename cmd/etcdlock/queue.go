@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,7 +23,84 @@ type entry struct {
 	Lease clientv3.LeaseID
 	Rev   int64 // create revision: the order in the queue, and the holder's fencing token
 	Value string
-	Meta  *meta // nil unless the key was written by etcdlock lock
+	Meta  *meta  // nil unless the key was written by etcdlock lock
+	Kind  string // what kind of lock the key belongs to (see keyKind)
+	Limit int    // a semaphore's limit, from its value; 0 for other kinds
+	Holds bool   // the key holds, by the rule of its kind (see classify)
+}
+
+// Kinds of lock key, told apart by the part of the key after the name's
+// prefix, as the concurrency package names them.
+const (
+	kindMutex     = "mutex"     // <lease>: Mutex, Election, etcdctl lock and elect
+	kindSemaphore = "semaphore" // <lease>-<seq>, with the limit as its value
+	kindReader    = "reader"    // r/<lease>-<seq>: RWMutex read side
+	kindWriter    = "writer"    // w/<lease>-<seq>: RWMutex write side
+	kindOther     = "other"     // none of these: counted as a writer
+)
+
+var (
+	mutexKeyRe = regexp.MustCompile(`^-?[0-9a-f]+$`)
+	seqKeyRe   = regexp.MustCompile(`^-?[0-9a-f]+-[0-9a-f]+$`)
+)
+
+// keyKind says what kind of lock key is, from rest, the part of the key
+// after the name's prefix.
+func keyKind(rest string) string {
+	switch {
+	case mutexKeyRe.MatchString(rest):
+		return kindMutex
+	case seqKeyRe.MatchString(rest):
+		return kindSemaphore
+	case strings.HasPrefix(rest, "r/") && seqKeyRe.MatchString(rest[2:]):
+		return kindReader
+	case strings.HasPrefix(rest, "w/") && seqKeyRe.MatchString(rest[2:]):
+		return kindWriter
+	}
+	return kindOther
+}
+
+// classify sets Holds on each entry of q, which is in queue order, by the
+// rule of its own kind, as the concurrency package decides it: a mutex key
+// (or a writer, or an unknown key) holds when no key is older; a
+// semaphore's when fewer keys than its limit are older; a reader's when no
+// key other than a reader is older. On a name used by one kind, as the
+// library keeps it, this is exactly who holds.
+func classify(q []entry) {
+	nonReaders := 0
+	for i := range q {
+		e := &q[i]
+		switch e.Kind {
+		case kindSemaphore:
+			e.Holds = e.Limit > 0 && i < e.Limit
+		case kindReader:
+			e.Holds = nonReaders == 0
+		default:
+			e.Holds = i == 0
+		}
+		if e.Kind != kindReader {
+			nonReaders++
+		}
+	}
+}
+
+// queueKind is the kind of the keys of q: "" when q is empty, "mixed" when
+// they are of several kinds, "rwmutex" for readers and writers.
+func queueKind(q []entry) string {
+	kind := ""
+	for _, e := range q {
+		k := e.Kind
+		if k == kindReader || k == kindWriter {
+			k = "rwmutex"
+		}
+		switch {
+		case kind == "":
+			kind = k
+		case kind != k:
+			return "mixed"
+		}
+	}
+	return kind
 }
 
 // meta is what `etcdlock lock` writes into the value of its own lock key,
@@ -52,7 +131,8 @@ func parseMeta(v []byte) *meta {
 }
 
 // readQueue returns the keys of lock name in queue order (the holder first)
-// and the revision they were read at.
+// and the revision they were read at, each with its kind and whether it
+// holds.
 func readQueue(ctx context.Context, cli *clientv3.Client, name string) ([]entry, int64, error) {
 	resp, err := cli.Get(ctx, lockPrefix(name), clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
@@ -61,14 +141,20 @@ func readQueue(ctx context.Context, cli *clientv3.Client, name string) ([]entry,
 	}
 	q := make([]entry, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		q = append(q, entry{
+		e := entry{
 			Key:   string(kv.Key),
 			Lease: clientv3.LeaseID(kv.Lease),
 			Rev:   kv.CreateRevision,
 			Value: string(kv.Value),
 			Meta:  parseMeta(kv.Value),
-		})
+			Kind:  keyKind(strings.TrimPrefix(string(kv.Key), lockPrefix(name))),
+		}
+		if e.Kind == kindSemaphore {
+			e.Limit, _ = strconv.Atoi(e.Value)
+		}
+		q = append(q, e)
 	}
+	classify(q)
 	return q, resp.Header.Revision, nil
 }
 
@@ -138,6 +224,31 @@ func roundAge(d time.Duration) time.Duration {
 		return d.Round(100 * time.Millisecond)
 	}
 	return d.Round(time.Second)
+}
+
+// holders returns the entries of q that hold, and waiters those that wait,
+// both in queue order.
+func holders(q []entry) (held, waiting []entry) {
+	for _, e := range q {
+		if e.Holds {
+			held = append(held, e)
+		} else {
+			waiting = append(waiting, e)
+		}
+	}
+	return held, waiting
+}
+
+// heldBy describes the holders of a queue for messages: the oldest, and
+// how many more hold with it.
+func heldBy(held []entry, now time.Time) string {
+	switch len(held) {
+	case 0:
+		return "nobody"
+	case 1:
+		return held[0].describe(now)
+	}
+	return fmt.Sprintf("%s and %d more", held[0].describe(now), len(held)-1)
 }
 
 // find returns the position of key in q, or -1.

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -38,7 +39,7 @@ var (
 	endpoints = flag.String("endpoints", "", "comma-separated etcd client URLs")
 	proc      = flag.Int("proc", 0, "number of this process among the workers")
 	pfx       = flag.String("pfx", "/faults", "key prefix of the run")
-	workloads = flag.String("workloads", "txn,fence,unguarded,election,lead", "workloads to run")
+	workloads = flag.String("workloads", "txn,fence,unguarded,election,lead,semaphore,rwmutex", "workloads to run")
 	clients   = flag.Int("clients", 2, "clients (each with its own session) per workload")
 	ttl       = flag.Int("ttl", 3, "session TTL in seconds")
 	duration  = flag.Duration("duration", 30*time.Second, "how long to run")
@@ -57,6 +58,21 @@ func main() {
 func lockName(wl string) string { return *pfx + "/lock/" + wl }
 func counterKey() string        { return *pfx + "/counter" }
 func opKey(id string) string    { return *pfx + "/ops/" + id }
+
+// The semaphore workload's keys: the owner of each permit slot, and a
+// guarded counter per slot with a key per increment, as for counterKey.
+func slotKey(i int) string       { return fmt.Sprintf("%s/sem/slot/%d", *pfx, i) }
+func slotCounter(i int) string   { return fmt.Sprintf("%s/sem/counter/%d", *pfx, i) }
+func slotOpKey(id string) string { return *pfx + "/sem/ops/" + id }
+
+// The rwmutex workload's counter, which writers increment and readers read.
+func rwCounter() string        { return *pfx + "/rw/counter" }
+func rwOpKey(id string) string { return *pfx + "/rw/ops/" + id }
+
+// SemLimit is the semaphore workload's limit; the test checks with the
+// same.
+const semLimit = 2
+
 func regKey(id clientv3.LeaseID) string {
 	return fmt.Sprintf("%s/reg/%x", *pfx, int64(id))
 }
@@ -214,9 +230,14 @@ func (c *client) loop() {
 			return
 		}
 		var err error
-		if c.wl == "election" {
+		switch c.wl {
+		case "election":
 			err = c.elect(s)
-		} else {
+		case "semaphore":
+			err = c.semaphore(s)
+		case "rwmutex":
+			err = c.rwmutex(s)
+		default:
 			err = c.lock(s)
 		}
 		if err != nil {
@@ -285,9 +306,16 @@ func (c *client) release(f string, token int64, unlock func(context.Context) err
 // of read+1 through the guarded transaction, with a key named after the
 // increment so that the checker can tell which increments committed.
 func (c *client) increment(token int64, txn func(context.Context) clientv3.Txn) {
+	c.seq++
+	c.incrementAt(counterKey(), opKey, fmt.Sprintf("%s.%d", c.name, c.seq), token, txn)
+}
+
+// incrementAt is increment on the counter key counter, with the key
+// opKey(id) for the increment.
+func (c *client) incrementAt(counter string, opKey func(string) string, id string, token int64, txn func(context.Context) clientv3.Txn) {
 	ctx, cancel := context.WithTimeout(c.life, opTimeout)
 	defer cancel()
-	resp, err := c.cli.Get(ctx, counterKey())
+	resp, err := c.cli.Get(ctx, counter)
 	if err != nil {
 		return
 	}
@@ -296,12 +324,131 @@ func (c *client) increment(token int64, txn func(context.Context) clientv3.Txn) 
 		v, _ = strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
 	}
 	sleep(ctx, *work)
-	c.seq++
-	id := fmt.Sprintf("%s.%d", c.name, c.seq)
 	val := strconv.FormatInt(v+1, 10)
 	c.rec(hc.Op{Type: hc.Invoke, F: hc.FIncr, ID: id, Token: token, Value: v + 1})
-	tr, err := txn(ctx).Then(clientv3.OpPut(counterKey(), val), clientv3.OpPut(opKey(id), val)).Commit()
+	tr, err := txn(ctx).Then(clientv3.OpPut(counter, val), clientv3.OpPut(opKey(id), val)).Commit()
 	c.recGuarded(hc.Op{ID: id, Token: token, Value: v + 1}, tr, err)
+}
+
+// semaphore runs one round of the semaphore workload: Acquire a permit,
+// claim a free slot (one of semLimit), increment the slot's counter, both
+// through Semaphore.Txn, and Release. A slot is free when the key that
+// owned it last is gone, so that with at most semLimit holders one always
+// is; two holders of one slot, which more than semLimit holders would
+// need, would lose increments of its counter, and none free is recorded
+// as a failed claim with errNoSlot.
+func (c *client) semaphore(s *concurrency.Session) error {
+	m := concurrency.NewSemaphore(s, lockName(c.wl), semLimit)
+	ctx, cancel := context.WithTimeout(c.run, lockTimeout)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FLock, Lease: int64(s.Lease())})
+	err := m.Acquire(ctx)
+	cancel()
+	if err != nil {
+		c.rec(hc.Op{Type: hc.Fail, F: hc.FLock, Err: errText(err)})
+		return err
+	}
+	token := m.Token()
+	c.rec(hc.Op{Type: hc.OK, F: hc.FLock, Lease: int64(s.Lease()), Key: m.Key(), Token: token, Rev: m.Header().Revision})
+	if slot := c.claimSlot(m.Key(), token, m.Txn); slot >= 0 {
+		c.seq++
+		c.incrementAt(slotCounter(slot), slotOpKey, fmt.Sprintf("%d/%s.%d", slot, c.name, c.seq), token, m.Txn)
+	}
+	return c.release(hc.FUnlock, token, m.Release)
+}
+
+// errNoSlot is the failure of a claim that found every slot owned by a
+// live key: more than semLimit holders.
+const errNoSlot = "no free slot"
+
+// claimSlot claims, with a guarded transaction, the first slot whose owner
+// key is gone, for key; it returns the slot, or -1.
+func (c *client) claimSlot(key string, token int64, txn func(context.Context) clientv3.Txn) int {
+	ctx, cancel := context.WithTimeout(c.life, opTimeout)
+	defer cancel()
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FSlot, Token: token})
+	for i := 0; i < semLimit; i++ {
+		resp, err := c.cli.Get(ctx, slotKey(i))
+		if err != nil {
+			c.rec(hc.Op{Type: hc.Info, F: hc.FSlot, Token: token, Err: errText(err)})
+			return -1
+		}
+		cmp := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(slotKey(i)), "=", 0)}
+		if len(resp.Kvs) == 1 {
+			owner := string(resp.Kvs[0].Value)
+			cmp = []clientv3.Cmp{
+				clientv3.Compare(clientv3.ModRevision(slotKey(i)), "=", resp.Kvs[0].ModRevision),
+				clientv3.Compare(clientv3.CreateRevision(owner), "=", 0),
+			}
+		}
+		tr, err := txn(ctx).If(cmp...).Then(clientv3.OpPut(slotKey(i), key)).Commit()
+		switch {
+		case errors.Is(err, concurrency.ErrLockLost):
+			c.rec(hc.Op{Type: hc.Fail, F: hc.FSlot, Token: token, Err: errText(err)})
+			return -1
+		case err != nil:
+			c.rec(hc.Op{Type: hc.Info, F: hc.FSlot, Token: token, Err: errText(err)})
+			return -1
+		case tr.Succeeded:
+			c.rec(hc.Op{Type: hc.OK, F: hc.FSlot, Token: token, Value: int64(i), Rev: tr.Header.Revision})
+			return i
+		}
+	}
+	c.rec(hc.Op{Type: hc.Fail, F: hc.FSlot, Token: token, Err: errNoSlot})
+	return -1
+}
+
+// rwmutex runs one round of the rwmutex workload: a writer one round in
+// three, which increments the rwmutex counter through RWMutex.Txn, and
+// otherwise a reader, which reads the counter twice through RWMutex.Txn,
+// with a pause between: no writer may write in between.
+func (c *client) rwmutex(s *concurrency.Session) error {
+	m := concurrency.NewRWMutex(s, lockName(c.wl))
+	write := rand.IntN(3) == 0
+	lock, unlock := m.RLock, m.RUnlock
+	if write {
+		lock, unlock = m.Lock, m.Unlock
+	}
+	ctx, cancel := context.WithTimeout(c.run, lockTimeout)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FLock, Lease: int64(s.Lease())})
+	err := lock(ctx)
+	cancel()
+	if err != nil {
+		c.rec(hc.Op{Type: hc.Fail, F: hc.FLock, Err: errText(err)})
+		return err
+	}
+	token := m.Token()
+	// RWMutex has no Header: the hold's first guarded operation dates it.
+	c.rec(hc.Op{Type: hc.OK, F: hc.FLock, Lease: int64(s.Lease()), Key: m.Key(), Token: token})
+	if write {
+		c.seq++
+		c.incrementAt(rwCounter(), rwOpKey, fmt.Sprintf("%s.%d", c.name, c.seq), token, m.Txn)
+	} else {
+		for i := 0; i < 2; i++ {
+			if i > 0 {
+				sleep(c.life, *work)
+			}
+			c.seq++
+			id := fmt.Sprintf("%s.%d", c.name, c.seq)
+			rctx, rcancel := context.WithTimeout(c.life, opTimeout)
+			c.rec(hc.Op{Type: hc.Invoke, F: hc.FRRead, ID: id, Token: token})
+			tr, err := m.Txn(rctx).Then(clientv3.OpGet(rwCounter())).Commit()
+			rcancel()
+			op := hc.Op{F: hc.FRRead, ID: id, Token: token}
+			switch {
+			case err == nil:
+				op.Type, op.Rev = hc.OK, tr.Header.Revision
+				if kvs := tr.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+					op.Value, _ = strconv.ParseInt(string(kvs[0].Value), 10, 64)
+				}
+			case errors.Is(err, concurrency.ErrLockLost):
+				op.Type, op.Err = hc.Fail, err.Error()
+			default:
+				op.Type, op.Err = hc.Info, err.Error()
+			}
+			c.rec(op)
+		}
+	}
+	return c.release(hc.FUnlock, token, unlock)
 }
 
 // recGuarded records the outcome of a guarded transaction: ok with the

@@ -24,7 +24,7 @@ const (
 
 // Guarded lists the invariants that must have zero violations, in the order
 // of the report.
-var Guarded = []string{Exclusion, CreateOrder, GuardedTxn, Counter, FenceStore, OneLeader, LeaderRead, Returned, NoKeysLeft, NoLeaks, Complete}
+var Guarded = []string{Exclusion, CreateOrder, SemLimit, RWExclude, ReadStable, GuardedTxn, Counter, FenceStore, OneLeader, LeaderRead, Returned, NoKeysLeft, NoLeaks, Complete}
 
 // Measures of the unguarded control: reported, never asserted, because a
 // lock without fencing cannot prevent them.
