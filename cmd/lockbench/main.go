@@ -31,6 +31,24 @@
 //     to the holder being told: Mutex.Ctx() here, Session.Done() in etcd's
 //     package, which learns it only from its next keepalive (TTL/3).
 //
+// Two more workloads compare what etcd's package has no counterpart for, or
+// has only in its recipes:
+//
+//   - semaphore, this package only (etcd has no semaphore): N sessions, each
+//     with one Semaphore of limit L cycling Acquire and Release; a handoff is
+//     the time from a Release returning to the return of the Acquire that
+//     took its permit. And a semaphore queue: L permits held, N waiters
+//     queued behind them, then drained, to show the traffic per handoff
+//     does not grow with the queue;
+//   - RWMutex, this package's against etcd's recipe
+//     (go.etcd.io/etcd/client/v3/experimental/recipes): N sessions, each
+//     choosing per operation the read side with a given probability and
+//     the write side otherwise; each acquisition is timed from call to
+//     return.
+//
+// -only runs some of the workloads, by group: basic (raw Put and Get,
+// uncontended, TryLock), contended, many, queue, lost, semaphore, rwmutex.
+//
 // Every workload uses its own key prefix under /lockbench/<run>, closes its
 // sessions, and checks that its prefix is empty; the run checks that the
 // whole run prefix is empty at the end.
@@ -46,6 +64,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +94,19 @@ type config struct {
 	quick        bool
 	prefix       string
 	childQueue   string
+	semSessions  int
+	semLimit     int
+	semWaiters   []int
+	rwSessions   int
+	rwReads      []float64
+	only         map[string]bool // nil: every group
 }
+
+// groups are the workload groups that -only selects from, in run order.
+var groups = []string{"basic", "contended", "many", "queue", "semaphore", "rwmutex", "lost"}
+
+// runs reports whether the workloads of group run.
+func (c config) runs(group string) bool { return c.only == nil || c.only[group] }
 
 func main() {
 	log.SetFlags(0)
@@ -112,7 +143,7 @@ func main() {
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
 	var cfg config
-	var endpoints, sessions, waiters string
+	var endpoints, sessions, waiters, semWaiters, rwReads, only string
 	fs.StringVar(&endpoints, "endpoints", "", "comma-separated client URLs of a running etcd cluster (default: start an embedded cluster on loopback)")
 	fs.IntVar(&cfg.members, "members", 3, "members of the embedded cluster")
 	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured window of each timed workload, per package")
@@ -131,6 +162,12 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.quick, "quick", false, "tiny workload that checks the harness works (numbers are not meaningful)")
 	fs.StringVar(&cfg.prefix, "prefix", "", "key prefix of the run (default: /lockbench/<unix ns>)")
 	fs.StringVar(&cfg.childQueue, "child-queue", "", "internal: run one queue workload, PKG:N, and print it as JSON")
+	fs.IntVar(&cfg.semSessions, "sem-sessions", 32, "sessions of the semaphore workload, each with one Semaphore cycling Acquire and Release (0: skip it)")
+	fs.IntVar(&cfg.semLimit, "sem-limit", 4, "permits of the semaphore workloads")
+	fs.StringVar(&semWaiters, "sem-waiters", "2,1000", "queue lengths of the semaphore queue workload, behind -sem-limit held permits")
+	fs.IntVar(&cfg.rwSessions, "rw-sessions", 16, "sessions of the RWMutex workload (0: skip it)")
+	fs.StringVar(&rwReads, "rw-reads", "0.9,0.1", "fractions of RWMutex operations that take the read side, one run each")
+	fs.StringVar(&only, "only", "", "comma-separated workload groups to run (default all): "+strings.Join(groups, ", "))
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -143,6 +180,7 @@ func parseFlags(args []string) (config, error) {
 		quick := map[string]string{
 			"duration": "200ms", "rounds": "1", "sessions": "2,8", "waiters": "2,20", "many": "4",
 			"lost-ttl": "2", "lost-trials": "1", "queue-timeout": "1m", "timeout": "3m",
+			"sem-sessions": "8", "sem-waiters": "2,20", "rw-sessions": "4",
 		}
 		for name, v := range quick {
 			if !set[name] {
@@ -162,7 +200,29 @@ func parseFlags(args []string) (config, error) {
 	if cfg.waiters, err = intList(waiters, 1); err != nil {
 		return cfg, fmt.Errorf("-waiters: %w", err)
 	}
+	if cfg.semWaiters, err = intList(semWaiters, 1); err != nil {
+		return cfg, fmt.Errorf("-sem-waiters: %w", err)
+	}
+	for _, f := range strings.Split(rwReads, ",") {
+		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || x < 0 || x > 1 {
+			return cfg, fmt.Errorf("-rw-reads: %q: want a fraction from 0 to 1", f)
+		}
+		cfg.rwReads = append(cfg.rwReads, x)
+	}
+	if only != "" {
+		cfg.only = map[string]bool{}
+		for _, g := range strings.Split(only, ",") {
+			g = strings.TrimSpace(g)
+			if !slices.Contains(groups, g) {
+				return cfg, fmt.Errorf("-only: unknown group %q; groups: %s", g, strings.Join(groups, ", "))
+			}
+			cfg.only[g] = true
+		}
+	}
 	switch {
+	case cfg.semSessions < 0 || cfg.rwSessions < 0 || cfg.semLimit < 1:
+		return cfg, errors.New("-sem-sessions and -rw-sessions must not be negative, -sem-limit at least 1")
 	case cfg.members < 1:
 		return cfg, fmt.Errorf("-members %d: need at least 1", cfg.members)
 	case cfg.many < 0 || cfg.manyHold < 0:

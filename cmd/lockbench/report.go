@@ -21,18 +21,58 @@ func report(w io.Writer, cfg config, where string, took time.Duration, res resul
 	fmt.Fprintf(w, "- command: `%s`\n- cluster: %s\n- machine: %s\n", strings.Join(append([]string{"lockbench"}, os.Args[1:]...), " "), where, machine())
 	fmt.Fprintf(w, "- window %v per package per workload (raw Put and Get, uncontended and TryLock: in %d interleaved rounds); at most %d ops per window; sessions spread over up to %d clients; run took %v\n",
 		cfg.duration, cfg.rounds, cfg.maxOps, cfg.clients, took.Round(time.Second))
-	fmt.Fprintf(w, "- ratio rows are ours ÷ etcd: below 1× is better for latencies and traffic, above 1× for ops/s; etcd#2 ÷ etcd is the noise of the run\n\n")
+	fmt.Fprintf(w, "- ratio rows are ours ÷ etcd: below 1× is better for latencies and traffic, above 1× for ops/s; etcd#2 ÷ etcd is the noise of the run\n")
+	if cfg.only != nil {
+		var gs []string
+		for _, g := range groups {
+			if cfg.runs(g) {
+				gs = append(gs, g)
+			}
+		}
+		fmt.Fprintf(w, "- only the workloads of %s (-only): the sections of the others are left out, and the targets need basic\n", strings.Join(gs, ", "))
+	}
+	fmt.Fprintln(w)
 
+	if cfg.runs("basic") || len(res.contended) > 0 || res.many != nil || len(res.queue) > 0 {
+		mainTable(w, res)
+	}
+	if len(res.contended) > 0 {
+		fmt.Fprintf(w, "\n## Contended throughput by sessions\n\n")
+		chart(w, res)
+	}
+	if res.many != nil {
+		manySection(w, cfg, res)
+	}
+	if len(res.queue) > 0 {
+		queueSection(w, res)
+	}
+	if res.semaphore != nil || len(res.semQueue) > 0 {
+		semaphoreSection(w, cfg, res)
+	}
+	if len(res.rw) > 0 {
+		rwSection(w, res)
+	}
+	if len(res.lost) > 0 {
+		lostSection(w, cfg, res)
+	}
+	if cfg.runs("basic") {
+		targetSections(w, res)
+	}
+}
+
+// mainTable writes the table of every workload of both packages.
+func mainTable(w io.Writer, res results) {
 	fmt.Fprintf(w, "## Latency, throughput and traffic per operation\n\n")
 	fmt.Fprintf(w, "Contended and queue rows time handoffs (holder's Unlock returned → next holder's Lock returned); their ops are acquisitions, each with its Unlock, and Unlock is the mean latency of those Unlocks: one acquisition takes a handoff plus an Unlock, which bounds ops/s. Many-locks rows time one Lock+Unlock cycle of one session on a lock of its own, and their ops/s sums all sessions. rpc = unary RPCs, wreq = watch streams opened and create/cancel requests sent on them, ev = watch events received; lease keepalives are not counted.\n\n")
 	t := newTable("workload", "package", "n", "mean", "p50", "p90", "p99", "ops/s", "rpc/op", "wreq/op", "ev/op", "Unlock")
-	addResult(t, res.put)
-	addResult(t, res.get)
-	un := res.uncontended
-	addPair(t, un[ours.Name], un[etcd.Name])
-	addResult(t, un[etcd2.Name])
-	addRatio(t, "etcd#2 ÷ etcd (noise)", un[etcd2.Name], un[etcd.Name])
-	addPair(t, res.tryLock.ours, res.tryLock.etcd)
+	if un := res.uncontended; len(un) > 0 {
+		addResult(t, res.put)
+		addResult(t, res.get)
+		addPair(t, un[ours.Name], un[etcd.Name])
+		addResult(t, un[etcd2.Name])
+		addRatio(t, "etcd#2 ÷ etcd (noise)", un[etcd2.Name], un[etcd.Name])
+		addPair(t, res.tryLock.ours, res.tryLock.etcd)
+	}
 	for _, p := range res.contended {
 		addPair(t, p.ours, p.etcd)
 	}
@@ -46,10 +86,10 @@ func report(w io.Writer, cfg config, where string, took time.Duration, res resul
 	if e := early(res); len(e) > 0 {
 		fmt.Fprintf(w, "\n%s\n", strings.Join(e, "\n"))
 	}
+}
 
-	fmt.Fprintf(w, "\n## Contended throughput by sessions\n\n")
-	chart(w, res)
-
+// manySection writes the many-locks workload, with the server's watchers.
+func manySection(w io.Writer, cfg config, res results) {
 	if m := res.many; m != nil {
 		fmt.Fprintf(w, "\n## Many locks: one lock per session, all cycling at once\n\n")
 		hold := "Unlock right after Lock returns"
@@ -57,7 +97,7 @@ func report(w io.Writer, cfg config, where string, took time.Duration, res resul
 			hold = fmt.Sprintf("each hold lasts %v", cfg.manyHold)
 		}
 		fmt.Fprintf(w, "%d sessions, %s. Server-side watchers: %s, read before the sessions open (baseline), about ten times during the window, and after the sessions close; a lock counts as held from its Lock's return to its Unlock's return. Watchers per held lock = mean watchers above the baseline ÷ mean locks held; per session = mean watchers above the baseline ÷ sessions.\n\n", m.ours.Sessions, hold, res.watchersSrc)
-		t = newTable("package", "sessions", "ops/s", "cycle mean", "p99", "rpc/op", "wreq/op", "readings", "watchers above baseline", "locks held", "watchers/held lock", "watchers/session", "baseline", "after − baseline")
+		t := newTable("package", "sessions", "ops/s", "cycle mean", "p99", "rpc/op", "wreq/op", "readings", "watchers above baseline", "locks held", "watchers/held lock", "watchers/session", "baseline", "after − baseline")
 		for _, r := range []lockbench.ManyResult{m.ours, m.etcd} {
 			st := r.Stats()
 			cells := []string{r.Impl, fmt.Sprint(r.Sessions), num(st.PerSec), dur(st.Mean), dur(st.P99), num(st.RPC), num(st.WatchReqs)}
@@ -81,9 +121,13 @@ func report(w io.Writer, cfg config, where string, took time.Duration, res resul
 		}
 	}
 
+}
+
+// queueSection writes the queue workload of both packages.
+func queueSection(w io.Writer, res results) {
 	fmt.Fprintf(w, "\n## Queue: waiters queued on one held lock, then drained\n\n")
 	fmt.Fprintf(w, "Traffic is that of the waiters' clients (the holder has its own): per acquisition, a waiter's wake-up, re-check and Unlock. Heap and goroutines are measured in a child process that runs no etcd member, after a GC: per session opened, and per Lock then left waiting (including the goroutine blocked in Lock); shown for queues of %d or more.\n\n", minMemWaiters)
-	t = newTable("waiters", "package", "handoff mean", "p99", "handoffs/s", "rpc/handoff", "wreq/handoff", "ev/handoff", "heap B/session", "heap B/waiter", "goroutines/session", "goroutines/waiter")
+	t := newTable("waiters", "package", "handoff mean", "p99", "handoffs/s", "rpc/handoff", "wreq/handoff", "ev/handoff", "heap B/session", "heap B/waiter", "goroutines/session", "goroutines/waiter")
 	for _, q := range res.queue {
 		for _, r := range []lockbench.QueueResult{q.ours, q.etcd} {
 			st := r.Stats()
@@ -97,9 +141,13 @@ func report(w io.Writer, cfg config, where string, took time.Duration, res resul
 	}
 	t.write(w)
 
+}
+
+// lostSection writes the lost-lock notices of both packages.
+func lostSection(w io.Writer, cfg config, res results) {
 	fmt.Fprintf(w, "\n## Lost-lock notice: lease revoked by another client → holder told\n\n")
 	fmt.Fprintf(w, "Session TTL %d s (short, to keep the run short); the revoke comes at a random point of the keepalive period (TTL/3); waits are capped at %v.\n\n", cfg.lostTTL, cfg.lostBound)
-	t = newTable("package", "signal", "trials", "min", "mean", "max", "over the cap")
+	t := newTable("package", "signal", "trials", "min", "mean", "max", "over the cap")
 	for _, l := range res.lost {
 		st := lockbench.Result{Samples: l.samples}.Stats()
 		lo, hi := "-", "-"
@@ -114,9 +162,13 @@ func report(w io.Writer, cfg config, where string, took time.Duration, res resul
 	}
 	t.write(w)
 
+}
+
+// targetSections judges the targets of issues 14 and 3.
+func targetSections(w io.Writer, res results) {
 	fmt.Fprintf(w, "\n## Targets of issue 14 (ratios from this run)\n\n")
 	fmt.Fprintf(w, "Raw Put rate = raw Put's ops/s (one writer, sequential: about 1 ÷ its mean); throughput and handoffs are this package's, etcd's shown beside them.\n\n")
-	t = newTable("target", "measured", "met")
+	t := newTable("target", "measured", "met")
 	for _, g := range targets14(res) {
 		t.add(g.what, g.measured, g.verdict)
 	}
@@ -126,6 +178,71 @@ func report(w io.Writer, cfg config, where string, took time.Duration, res resul
 	t = newTable("target", "measured", "met")
 	for _, g := range targets3(res) {
 		t.add(g.what, g.measured, g.verdict)
+	}
+	t.write(w)
+}
+
+// semaphoreSection writes the semaphore workloads, this package's only.
+func semaphoreSection(w io.Writer, cfg config, res results) {
+	fmt.Fprintf(w, "\n## Semaphore: this package only (etcd has no semaphore)\n\n")
+	fmt.Fprintf(w, "Limit %d. Contended: %d sessions, each with one Semaphore cycling Acquire and Release. Queue: %d permits held on one session of a client of its own, the waiters queued behind them, then the permits released one after another and the queue drained, each waiter releasing as soon as it holds; traffic is that of the waiters' clients. A handoff is the time from a Release returning to the return of the Acquire that took its permit: acquisition a takes the permit of the (a−limit)-th release, releases numbered in the order they returned. Ops are acquisitions, each with its Release, whose mean latency is the Release column. A waiter that moves up behind a new holder is woken by a hint write of that holder (`promote`, queue.go), counted in rpc. Columns as in the first table.\n\n",
+		cfg.semLimit, cfg.semSessions, cfg.semLimit)
+	t := newTable("workload", "package", "n", "mean", "p50", "p90", "p99", "ops/s", "rpc/op", "wreq/op", "ev/op", "Release")
+	var rs []lockbench.Result
+	if res.semaphore != nil {
+		rs = append(rs, *res.semaphore)
+	}
+	for _, q := range res.semQueue {
+		rs = append(rs, q.Result)
+	}
+	for _, r := range rs {
+		addResult(t, r)
+		t.add("", "etcd", "no semaphore", "", "", "", "", "", "", "", "", "")
+	}
+	t.write(w)
+	for _, r := range rs {
+		if r.Early > 0 {
+			fmt.Fprintf(w, "\n- %s: in %d of %d handoffs the Acquire returned before the Release it is paired with did (negative samples, kept).", r.Workload, r.Early, len(r.Samples))
+		}
+	}
+	if n := len(res.semQueue); n >= 2 {
+		lo, hi := res.semQueue[0], res.semQueue[n-1]
+		a, b := lo.Stats(), hi.Stats()
+		fmt.Fprintf(w, "\n\n")
+		t = newTable("check", "measured", "met")
+		t.add(fmt.Sprintf("semaphore of %d: unary RPCs and watch events per handoff constant from %d to %d waiters (within 10%%)", cfg.semLimit, lo.Waiters, hi.Waiters),
+			fmt.Sprintf("%.2f rpc + %.2f ev (%.2f wreq) → %.2f rpc + %.2f ev (%.2f wreq)", a.RPC, a.Events, a.WatchReqs, b.RPC, b.Events, b.WatchReqs),
+			yes(within(b.RPC, a.RPC, 0.1) && within(b.Events, a.Events, 0.1)))
+		t.write(w)
+	}
+}
+
+// rwSection writes the RWMutex workload: this package's against etcd's
+// recipe.
+func rwSection(w io.Writer, res results) {
+	fmt.Fprintf(w, "\n## RWMutex: ours against etcd's recipe\n\n")
+	fmt.Fprintf(w, "etcd's is `recipe.NewRWMutex` of go.etcd.io/etcd/client/v3/experimental/recipes, on etcd's sessions; its calls take no context, so its waits in flight when the window closes run until granted (uncounted). Each session has one RWMutex and loops: with the given probability RLock then RUnlock, else Lock then Unlock. An acquisition is timed from the call of RLock or Lock to its return, wait included; ops/s counts acquisitions of all sessions; release is the mean of RUnlock and Unlock. The ratio row is ours ÷ etcd's recipe.\n\n")
+	t := newTable("workload", "package", "n", "ops/s", "mean", "p50", "p99", "read mean", "read p99", "write mean", "write p99", "rpc/op", "wreq/op", "ev/op", "release")
+	row := func(r lockbench.RWResult) []float64 {
+		st := r.Stats()
+		rd, wr := lockbench.Result{Samples: r.Reads}.Stats(), lockbench.Result{Samples: r.Writes}.Stats()
+		return []float64{st.PerSec, st.Mean.Seconds(), st.P50.Seconds(), st.P99.Seconds(), rd.Mean.Seconds(), rd.P99.Seconds(), wr.Mean.Seconds(), wr.P99.Seconds(), st.RPC, st.WatchReqs, st.Events, st.UnlockMean.Seconds()}
+	}
+	add := func(r lockbench.RWResult) {
+		x := row(r)
+		sec := func(v float64) string { return dur(time.Duration(v * float64(time.Second))) }
+		t.add(r.Workload, r.Impl, fmt.Sprintf("%d (%d r, %d w)", len(r.Samples), len(r.Reads), len(r.Writes)), num(x[0]),
+			sec(x[1]), sec(x[2]), sec(x[3]), sec(x[4]), sec(x[5]), sec(x[6]), sec(x[7]), num(x[8]), num(x[9]), num(x[10]), sec(x[11]))
+	}
+	for _, p := range res.rw {
+		add(p.ours)
+		add(p.etcd)
+		a, b := row(p.ours), row(p.etcd)
+		cells := []string{"", p.ours.Impl + " ÷ " + p.etcd.Impl, ""}
+		for i := range a {
+			cells = append(cells, ratio(a[i], b[i]))
+		}
+		t.add(cells...)
 	}
 	t.write(w)
 }

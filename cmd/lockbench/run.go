@@ -35,6 +35,8 @@ type queuePair struct{ ours, etcd lockbench.QueueResult }
 
 type manyPair struct{ ours, etcd lockbench.ManyResult }
 
+type rwPair struct{ ours, etcd lockbench.RWResult }
+
 type lost struct {
 	impl    lockbench.Impl
 	samples []time.Duration
@@ -50,6 +52,9 @@ type results struct {
 	many        *manyPair // nil with -many 0
 	watchersSrc string    // where the server's watcher count came from
 	queue       []queuePair
+	semaphore   *lockbench.Result       // nil when not run
+	semQueue    []lockbench.QueueResult // by -sem-waiters
+	rw          []rwPair                // by -rw-reads
 	lost        []lost
 }
 
@@ -96,7 +101,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	// different order each round, so that drift in the machine's load
 	// falls on all of them alike.
 	slice := cfg.duration / time.Duration(cfg.rounds)
-	for round := 0; round < cfg.rounds; round++ {
+	for round := 0; round < cfg.rounds && cfg.runs("basic"); round++ {
 		progress("round %d/%d: raw Put and Get, uncontended Lock+Unlock, TryLock miss", round+1, cfg.rounds)
 		steps := []func() error{
 			func() error {
@@ -137,6 +142,9 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	}
 
 	for _, n := range cfg.sessions {
+		if !cfg.runs("contended") {
+			break
+		}
 		o, e, err := both(func(impl lockbench.Impl) (lockbench.Result, error) {
 			progress("contended, %d sessions, %s", n, impl.Name)
 			return lockbench.Contended(ctx, env(n), impl, fmt.Sprintf("%s/contended-%d/%s", root, n, impl.Name), n, lim(cfg.duration))
@@ -147,7 +155,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 		res.contended = append(res.contended, pair{o, e, n})
 	}
 
-	if n := cfg.many; n > 0 {
+	if n := cfg.many; n > 0 && cfg.runs("many") {
 		o, e, err := both(func(impl lockbench.Impl) (lockbench.ManyResult, error) {
 			progress("many locks, %d sessions, %s", n, impl.Name)
 			return lockbench.ManyLocks(ctx, env(n), impl, fmt.Sprintf("%s/many-%d/%s", root, n, impl.Name), n, cfg.manyHold, lim(cfg.duration))
@@ -159,6 +167,9 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	}
 
 	for _, n := range cfg.waiters {
+		if !cfg.runs("queue") {
+			break
+		}
 		o, e, err := both(func(impl lockbench.Impl) (lockbench.QueueResult, error) {
 			progress("queue of %d waiters, %s (child process)", n, impl.Name)
 			return childQueue(ctx, cfg, impl, fmt.Sprintf("%s/queue-%d/%s", root, n, impl.Name), n)
@@ -169,7 +180,34 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 		res.queue = append(res.queue, queuePair{o, e})
 	}
 
+	if err := runSemaphore(ctx, cfg, env, lim, root, &res); err != nil {
+		return err
+	}
+
+	for _, reads := range cfg.rwReads {
+		if cfg.rwSessions == 0 || !cfg.runs("rwmutex") {
+			break
+		}
+		var p rwPair
+		for _, x := range []struct {
+			impl lockbench.RWImpl
+			into *lockbench.RWResult
+		}{{lockbench.OursRW, &p.ours}, {lockbench.EtcdRW, &p.etcd}} {
+			progress("RWMutex, %d sessions, %.0f%% reads, %s", cfg.rwSessions, 100*reads, x.impl.Name)
+			r, err := lockbench.RWMixed(ctx, env(cfg.rwSessions), x.impl,
+				fmt.Sprintf("%s/rw-%d-%.0f/%s", root, cfg.rwSessions, 100*reads, strings.ReplaceAll(x.impl.Name, " ", "-")), cfg.rwSessions, reads, lim(cfg.duration))
+			if err != nil {
+				return err
+			}
+			*x.into = r
+		}
+		res.rw = append(res.rw, p)
+	}
+
 	for _, impl := range []lockbench.Impl{ours, etcd} {
+		if !cfg.runs("lost") {
+			break
+		}
 		progress("lost-lock notice, %s, %d trials, TTL %d s", impl.Name, cfg.lostTrials, cfg.lostTTL)
 		samples, capped, err := lockbench.LostNotice(ctx, env(2), impl, root+"/lost/"+impl.Name, cfg.lostTTL, cfg.lostTrials, cfg.lostBound)
 		if err != nil {
@@ -180,6 +218,38 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 
 	progress("done in %v", time.Since(start).Round(time.Second))
 	report(w, cfg, where, time.Since(start), res)
+	return nil
+}
+
+// runSemaphore runs the semaphore workloads, this package's only: the
+// contended one and the queues. The queues run in this process, with an
+// uncounted client of their own for the holder.
+func runSemaphore(ctx context.Context, cfg config, env func(int) lockbench.Env, lim func(time.Duration) lockbench.Limits, root string, res *results) error {
+	if !cfg.runs("semaphore") {
+		return nil
+	}
+	impl := lockbench.OursSemaphore(cfg.semLimit)
+	if n := cfg.semSessions; n > 0 {
+		progress("semaphore of %d, %d sessions, %s", cfg.semLimit, n, impl.Name)
+		r, err := lockbench.Contended(ctx, env(n), impl, fmt.Sprintf("%s/semaphore-%d-%d", root, cfg.semLimit, n), n, lim(cfg.duration))
+		if err != nil {
+			return err
+		}
+		res.semaphore = &r
+	}
+	holder, closeHolder, err := newClients(cfg.endpoints, 1, nil)
+	if err != nil {
+		return err
+	}
+	defer closeHolder()
+	for _, n := range cfg.semWaiters {
+		progress("semaphore of %d, queue of %d waiters, %s", cfg.semLimit, n, impl.Name)
+		r, err := lockbench.Queue(ctx, env(n), holder[0], impl, fmt.Sprintf("%s/semaphore-queue-%d", root, n), n, cfg.queueTimeout)
+		if err != nil {
+			return err
+		}
+		res.semQueue = append(res.semQueue, r)
+	}
 	return nil
 }
 

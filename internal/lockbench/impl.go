@@ -49,6 +49,9 @@ type Impl struct {
 	Lost func(s Session, m Mutex) <-chan struct{}
 	// LostSignal names what Lost waits on, for reports.
 	LostSignal string
+	// Permits is how many may hold the lock at once: 0 or 1 for a mutex,
+	// the limit for a semaphore, whose NewMutex returns it as a Mutex.
+	Permits int
 }
 
 // Ours is this module's package.
@@ -78,6 +81,27 @@ var Etcd = Impl{
 	Lost:       func(s Session, _ Mutex) <-chan struct{} { return s.(*etcdconc.Session).Done() },
 	LostSignal: "Session.Done()",
 }
+
+// OursSemaphore is this module's Semaphore with limit permits, as a Mutex:
+// Lock is Acquire, Unlock Release, TryLock TryAcquire. Each Mutex it
+// returns is a Semaphore of its own, which holds at most one permit. etcd's
+// package has no semaphore.
+func OursSemaphore(limit int) Impl {
+	i := Ours
+	i.Permits = limit
+	i.NewMutex = func(s Session, pfx string) Mutex {
+		return semMutex{concurrency.NewSemaphore(s.(*concurrency.Session), pfx, limit)}
+	}
+	i.Lost = func(_ Session, m Mutex) <-chan struct{} { return m.(semMutex).Ctx().Done() }
+	i.LostSignal = "Semaphore.Ctx().Done()"
+	return i
+}
+
+type semMutex struct{ *concurrency.Semaphore }
+
+func (m semMutex) Lock(ctx context.Context) error    { return m.Acquire(ctx) }
+func (m semMutex) TryLock(ctx context.Context) error { return m.TryAcquire(ctx) }
+func (m semMutex) Unlock(ctx context.Context) error  { return m.Release(ctx) }
 
 // Named returns the package called name ("ours" or "etcd").
 func Named(name string) (Impl, bool) {

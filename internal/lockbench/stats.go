@@ -96,21 +96,31 @@ func rank(sorted []time.Duration, p int) time.Duration {
 }
 
 // handoffs pairs the return of each holder's Unlock with the return of the
-// next holder's Lock. Holders are numbered in the order their Lock returned
-// (generations); at most one holds at a time, so holder g+1 is the one that
-// took over from holder g.
+// Lock that took over its place. Holders are numbered in the order their
+// Lock returned (generations). With one permit (a Mutex) at most one holds
+// at a time, so holder g+1 is the one that took over from holder g. With
+// limit permits (a Semaphore), acquisition a takes the permit of the
+// (a−limit)-th release: releases are numbered in the order their Unlock
+// returned, which is the order etcd applied them unless two returned
+// within a round trip of each other.
 type handoffs struct {
-	mu       sync.Mutex // guards all fields
+	limit    int        // permits: 1 for a Mutex
+	mu       sync.Mutex // guards all fields below
 	gen      int64
-	unlocked map[int64]time.Time // generation -> when its Unlock returned, next Lock not yet
-	locked   map[int64]time.Time // generation -> when the next Lock returned, its Unlock not yet
+	releases int64               // Unlocks returned, with limit > 1
+	unlocked map[int64]time.Time // release -> when its Unlock returned, next Lock not yet
+	locked   map[int64]time.Time // release -> when the next Lock returned, its Unlock not yet
 	samples  []time.Duration
 	early    int
 	unlocks  []time.Duration // latencies of the Unlocks of released
 }
 
-func newHandoffs() *handoffs {
-	return &handoffs{unlocked: make(map[int64]time.Time), locked: make(map[int64]time.Time)}
+func newHandoffs() *handoffs { return newPermitHandoffs(1) }
+
+// newPermitHandoffs pairs the handoffs of a lock that limit may hold at
+// once.
+func newPermitHandoffs(limit int) *handoffs {
+	return &handoffs{limit: max(limit, 1), unlocked: make(map[int64]time.Time), locked: make(map[int64]time.Time)}
 }
 
 // acquired records a Lock that returned at t and returns its generation.
@@ -118,8 +128,8 @@ func (h *handoffs) acquired(t time.Time) int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.gen++
-	prev := h.gen - 1
-	if prev == 0 {
+	prev := h.gen - int64(h.limit)
+	if prev <= 0 {
 		return h.gen
 	}
 	if u, ok := h.unlocked[prev]; ok {
@@ -137,6 +147,10 @@ func (h *handoffs) released(gen int64, called, t time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.unlocks = append(h.unlocks, t.Sub(called))
+	if h.limit > 1 {
+		h.releases++
+		gen = h.releases
+	}
 	if l, ok := h.locked[gen]; ok {
 		delete(h.locked, gen)
 		h.samples = append(h.samples, l.Sub(t))

@@ -55,6 +55,31 @@ func TestHandoffsPairing(t *testing.T) {
 	}
 }
 
+// With limit permits, acquisition a takes the permit of the (a−limit)-th
+// release, in the order the releases returned.
+func TestPermitHandoffsPairing(t *testing.T) {
+	h := newPermitHandoffs(2)
+	t0 := time.Unix(0, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+	g1 := h.acquired(at(0))
+	g2 := h.acquired(at(1))       // two permits: neither took one over
+	h.released(g2, at(2), at(3))  // release 1
+	g3 := h.acquired(at(4))       // takes release 1's permit: 1 ms
+	g4 := h.acquired(at(6))       // returns before release 2...
+	h.released(g1, at(6), at(7))  // ...which returns at 7: -1 ms, early
+	h.released(g3, at(8), at(9))  // release 3, not taken over
+	h.released(g4, at(9), at(10)) // release 4, not taken over
+
+	samples, early, unlocks := h.result()
+	if want := []time.Duration{time.Millisecond, -time.Millisecond}; !slices.Equal(samples, want) {
+		t.Fatalf("samples = %v, want %v", samples, want)
+	}
+	if early != 1 || len(unlocks) != 4 {
+		t.Fatalf("early = %d, unlocks = %v; want 1 and four", early, unlocks)
+	}
+}
+
 func TestMerge(t *testing.T) {
 	var r Result
 	r.Merge(Result{Workload: "w", Impl: "ours", Samples: []time.Duration{1}, Ops: 1, Elapsed: time.Second, Counts: Counts{Unary: 2}})

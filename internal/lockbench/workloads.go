@@ -154,6 +154,8 @@ func TryLockMiss(ctx context.Context, env Env, impl Impl, pfx string, lim Limits
 // one lock, and times each handoff: from the return of the holder's Unlock
 // to the return of the next holder's Lock. Ops counts acquisitions; the
 // traffic per operation is that of one Lock+Unlock cycle under contention.
+// For a semaphore (impl.Permits > 1) the next holder is the one that took
+// the released permit (see handoffs).
 func Contended(ctx context.Context, env Env, impl Impl, pfx string, sessions int, lim Limits) (Result, error) {
 	return withSessions(ctx, env, impl, pfx, sessions, func(ss []Session) (Result, error) {
 		return contended(ctx, env, impl, pfx, ss, lim)
@@ -162,7 +164,10 @@ func Contended(ctx context.Context, env Env, impl Impl, pfx string, sessions int
 
 func contended(ctx context.Context, env Env, impl Impl, pfx string, ss []Session, lim Limits) (Result, error) {
 	r := Result{Workload: fmt.Sprintf("contended, %d sessions", len(ss)), Impl: impl.Name}
-	h := newHandoffs()
+	if impl.Permits > 1 {
+		r.Workload = fmt.Sprintf("semaphore of %d, %d sessions", impl.Permits, len(ss))
+	}
+	h := newPermitHandoffs(impl.Permits)
 	wctx, cancel := context.WithCancel(ctx) // ends the window; Lock waits on it
 	defer cancel()
 	var (
@@ -247,7 +252,8 @@ type QueueResult struct {
 	GoroutinesPerSession, GoroutinesPerWaiter float64
 }
 
-// Queue queues waiters sessions on a lock held through holder, measures
+// Queue queues waiters sessions on a lock held through holder (for a
+// semaphore, impl.Permits holds on holder's one session), measures
 // the memory and goroutines they cost, then releases the lock and lets the
 // queue drain, each waiter unlocking as soon as it holds. It times each
 // handoff of the drain and counts the traffic of env's clients, which carry
@@ -258,33 +264,53 @@ func Queue(ctx context.Context, env Env, holder *clientv3.Client, impl Impl, pfx
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	r.Workload, r.Impl, r.Waiters = fmt.Sprintf("queue of %d, drain", waiters), impl.Name, waiters
+	holders := max(impl.Permits, 1)
+	if holders > 1 {
+		r.Workload = fmt.Sprintf("semaphore of %d, queue of %d, drain", holders, waiters)
+	}
 	holderS, err := openSessions(ctx, Env{Clients: []*clientv3.Client{holder}}, impl, 1, SessionTTL)
 	if err != nil {
 		return r, err
 	}
 	defer func() { err = errors.Join(err, closeSessions(ctx, env, holderS, pfx)) }()
-	hm := impl.NewMutex(holderS[0], pfx)
-	if err := hm.Lock(ctx); err != nil {
-		return r, fmt.Errorf("%s: holder Lock: %w", impl.Name, err)
+	h := newPermitHandoffs(holders)
+	var hms []Mutex
+	var holderGens []int64
+	// unlockHolders releases every hold of holder, in the order taken.
+	unlockHolders := func() error {
+		var errs []error
+		for i, hm := range hms {
+			called := time.Now()
+			errs = append(errs, unlock(ctx, impl, hm))
+			h.released(holderGens[i], called, time.Now())
+		}
+		hms = nil
+		return errors.Join(errs...)
 	}
-	h := newHandoffs()
-	holderGen := h.acquired(time.Now())
+	for range holders {
+		hm := impl.NewMutex(holderS[0], pfx)
+		if err := hm.Lock(ctx); err != nil {
+			return r, errors.Join(fmt.Errorf("%s: holder Lock: %w", impl.Name, err), unlockHolders())
+		}
+		hms = append(hms, hm)
+		holderGens = append(holderGens, h.acquired(time.Now()))
+	}
 
 	// Connect every client before the baseline, so that connections are
 	// not counted as the sessions' cost.
 	for _, c := range env.Clients {
 		if _, err := countKeys(ctx, c, pfx); err != nil {
-			return r, errors.Join(err, unlock(ctx, impl, hm))
+			return r, errors.Join(err, unlockHolders())
 		}
 	}
 	heap0, g0 := liveHeap()
 	ss, err := openSessions(ctx, env, impl, waiters, SessionTTL)
 	if err != nil {
-		return r, errors.Join(err, unlock(ctx, impl, hm))
+		return r, errors.Join(err, unlockHolders())
 	}
 	defer func() { err = errors.Join(err, closeSessions(ctx, env, ss, "")) }()
 	if err := settle(ctx, env.Counter, 300*time.Millisecond); err != nil {
-		return r, errors.Join(err, unlock(ctx, impl, hm))
+		return r, errors.Join(err, unlockHolders())
 	}
 	heap1, g1 := liveHeap()
 
@@ -309,7 +335,7 @@ func Queue(ctx context.Context, env Env, holder *clientv3.Client, impl Impl, pfx
 	// All queued: every key is in etcd and the clients have gone quiet.
 	err = poll(ctx, 10*time.Millisecond, func() (bool, error) {
 		n, err := countKeys(ctx, holder, pfx)
-		return n == int64(waiters)+1, err
+		return n == int64(waiters+holders), err
 	})
 	if err == nil {
 		err = settle(ctx, env.Counter, 300*time.Millisecond)
@@ -318,8 +344,7 @@ func Queue(ctx context.Context, env Env, holder *clientv3.Client, impl Impl, pfx
 
 	c0 := env.Counter.Snapshot()
 	t0 := time.Now()
-	err = errors.Join(err, unlock(ctx, impl, hm))
-	h.released(holderGen, t0, time.Now())
+	err = errors.Join(err, unlockHolders())
 	var errs []error
 	for range ss {
 		errs = append(errs, <-errc)
