@@ -69,11 +69,34 @@ func BenchmarkTryLockMiss(b *testing.B) { benchWorkload(b, 2, lockbench.TryLockM
 // BenchmarkContended times acquisitions (ns/op) by sessions that each loop
 // Lock and Unlock, one client per session.
 func BenchmarkContended(b *testing.B) {
-	for _, n := range []int{2, 8} {
+	for _, n := range []int{2, 8, 32} {
 		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
 			benchWorkload(b, n, func(ctx context.Context, env lockbench.Env, impl lockbench.Impl, pfx string, lim lockbench.Limits) (lockbench.Result, error) {
 				return lockbench.Contended(ctx, env, impl, pfx, n, lim)
 			})
 		})
 	}
+}
+
+// BenchmarkManyLocks times Lock+Unlock cycles (ns/op, all sessions
+// together) of 16 sessions, each on a lock of its own.
+func BenchmarkManyLocks(b *testing.B) {
+	benchWorkload(b, 4, func(ctx context.Context, env lockbench.Env, impl lockbench.Impl, pfx string, lim lockbench.Limits) (lockbench.Result, error) {
+		r, err := lockbench.ManyLocks(ctx, env, impl, pfx, 16, 0, lim)
+		return r.Result, err
+	})
+}
+
+// BenchmarkSemaphoreContended times acquisitions of a Semaphore of 4 by 16
+// sessions (this package only: etcd has no semaphore).
+func BenchmarkSemaphoreContended(b *testing.B) {
+	const n = 16
+	pfx := etcdtest.Begin(b)
+	r, err := lockbench.Contended(b.Context(), benchEnv(b, n), lockbench.OursSemaphore(4), pfx, n, benchLimits(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := r.Stats()
+	b.ReportMetric(st.RPC, "rpcs/op")
+	b.ReportMetric(st.Events, "events/op")
 }
