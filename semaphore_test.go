@@ -24,13 +24,15 @@ func acquireAsync(t *testing.T, ctx context.Context, m *concurrency.Semaphore) <
 // Never more than limit holders, and everyone gets a turn.
 func TestSemaphoreLimit(t *testing.T) {
 	pfx := etcdtest.Begin(t)
-	const limit, workers, rounds = 3, 8, 4
+	const limit, workers, rounds = 3, 16, 6
 	var inside, most atomic.Int64
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	for i := range workers {
-		c := sharedClient(t)
+		// Each worker talks to one member, so that a waiter's watch and
+		// reads meet members that lag one another.
+		c := etcdtest.NewClient(t, etcdtest.Endpoints()[i%3:i%3+1])
 		m := concurrency.NewSemaphore(newSession(t, c), pfx, limit)
 		wg.Add(1)
 		go func() {

@@ -129,6 +129,9 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 func recheck(ctx context.Context, client *clientv3.Client, r rule, key string, rev, at int64) (*clientv3.TxnResponse, int64, error) {
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
 		clientv3.WithLimit(int64(r.limit) + 1), clientv3.WithMaxCreateRev(rev - 1)}
+	if at > 0 && at < rev {
+		at = 0 // cannot be: a deletion the key's own read had seen
+	}
 	var own []clientv3.OpOption
 	if at > 0 {
 		// The older keys at at, the key itself at the member's newest
@@ -244,11 +247,15 @@ func waitRange(ctx context.Context, client *clientv3.Client, over string, seenRe
 		if wr.Created && !fromSeen && wr.Header.Revision > seenRev {
 			return true, nil
 		}
-		if len(wr.Events) == 0 {
-			return false, nil
+		for _, ev := range wr.Events {
+			// A member behind the read at seenRev replays what the read
+			// already showed: only a deletion after it counts.
+			if ev.Kv.ModRevision > seenRev {
+				at = ev.Kv.ModRevision
+				return true, nil
+			}
 		}
-		at = wr.Events[0].Kv.ModRevision
-		return true, nil
+		return false, nil
 	}, opts...)
 	switch {
 	case err == nil || ctx.Err() != nil:
