@@ -47,8 +47,10 @@ func NewRWMutex(s *Session, pfx string) *RWMutex {
 // rule is the rule of a writer (write) or a reader.
 func (m *RWMutex) rule(write bool) rule {
 	r := mutexRule(m.pfx)
+	r.kind = kindWrite
 	if !write {
 		r.over = m.pfx + "w/"
+		r.kind = kindRead
 	}
 	r.check = func(older []*mvccpb.KeyValue) error {
 		for _, kv := range older {
