@@ -30,6 +30,7 @@ type lockOptions struct {
 	try       bool
 	killGrace time.Duration
 	quiet     bool
+	metrics   string // --metrics-addr
 }
 
 func newLockCommand(conn *connFlags) *cobra.Command {
@@ -91,6 +92,7 @@ See 'etcdlock --help'.`,
 	f.BoolVar(&o.try, "try", false, "do not wait: exit 123 at once if the lock is held")
 	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "after the lock is lost, time between SIGTERM and SIGKILL to the command; 0 sends SIGKILL at once")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no waiting and holding messages on stderr")
+	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
 	return cmd
 }
 
@@ -211,7 +213,7 @@ type contender struct {
 // newContender connects to etcd and starts a session with the given TTL
 // for the queue name. A signal before it returns ends it with an error
 // that says it came while doing what.
-func newContender(conn *connFlags, name string, ttl int, what string) (*contender, error) {
+func newContender(conn *connFlags, name string, ttl int, what string, opts ...concurrency.SessionOption) (*contender, error) {
 	if _, err := conn.config(); err != nil {
 		return nil, err
 	}
@@ -225,7 +227,7 @@ func newContender(conn *connFlags, name string, ttl int, what string) (*contende
 	var err error
 	if c.cli, err = conn.connect(c.ctx, lockPrefix(name)); err == nil {
 		var closeSession func()
-		if c.s, closeSession, err = startSession(c.ctx, conn, c.cli, ttl); err == nil {
+		if c.s, closeSession, err = startSession(c.ctx, conn, c.cli, ttl, opts...); err == nil {
 			c.close = func() {
 				closeSession()
 				c.cli.Close()
@@ -243,7 +245,12 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 	if err := o.validate(); err != nil {
 		return err
 	}
-	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name))
+	metrics, stopMetrics, err := serveMetrics(o.metrics, o.quiet, stderr)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name), concurrency.WithMetrics(metrics))
 	if err != nil {
 		return err
 	}
@@ -294,11 +301,11 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 // first round trip is bounded by --command-timeout and by ctx; the session
 // itself lives until the returned close function, which revokes the lease
 // within --command-timeout.
-func startSession(ctx context.Context, conn *connFlags, cli *clientv3.Client, ttl int) (*concurrency.Session, func(), error) {
+func startSession(ctx context.Context, conn *connFlags, cli *clientv3.Client, ttl int, opts ...concurrency.SessionOption) (*concurrency.Session, func(), error) {
 	sctx, cancel := context.WithCancel(context.Background())
 	stopOnCtx := context.AfterFunc(ctx, cancel)
 	timer := time.AfterFunc(conn.commandTimeout, cancel)
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(sctx))
+	s, err := concurrency.NewSession(cli, append([]concurrency.SessionOption{concurrency.WithTTL(ttl), concurrency.WithContext(sctx)}, opts...)...)
 	timedOut := !timer.Stop()
 	stopOnCtx()
 	if err == nil && sctx.Err() != nil {
