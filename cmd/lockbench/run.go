@@ -51,6 +51,7 @@ type results struct {
 	watchersSrc string    // where the server's watcher count came from
 	queue       []queuePair
 	lost        []lost
+	overhead    *overhead // nil with -metrics=false
 }
 
 // run starts (or connects to) the cluster, runs every workload for both
@@ -169,6 +170,12 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 		res.queue = append(res.queue, queuePair{o, e})
 	}
 
+	if cfg.metrics {
+		if res.overhead, err = measureOverhead(ctx, cfg, env, root); err != nil {
+			return err
+		}
+	}
+
 	for _, impl := range []lockbench.Impl{ours, etcd} {
 		progress("lost-lock notice, %s, %d trials, TTL %d s", impl.Name, cfg.lostTrials, cfg.lostTTL)
 		samples, capped, err := lockbench.LostNotice(ctx, env(2), impl, root+"/lost/"+impl.Name, cfg.lostTTL, cfg.lostTrials, cfg.lostBound)
@@ -180,6 +187,9 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 
 	progress("done in %v", time.Since(start).Round(time.Second))
 	report(w, cfg, where, time.Since(start), res)
+	if res.overhead != nil {
+		reportOverhead(w, res.overhead)
+	}
 	return nil
 }
 
