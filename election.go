@@ -118,6 +118,7 @@ func ResumeElection(s *Session, pfx string, leaderKey string, leaderRev int64) *
 	// Election that the caller drops leaves nothing behind.
 	e.leaderKey, e.rev, e.leader = leaderKey, leaderRev, true
 	e.hold = newHold(s, leaderKey, leaderRev, 0)
+	e.hold.kind = kindElection
 	return e
 }
 
@@ -181,7 +182,9 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 		// The leadership was lost meanwhile: run for it again.
 	}
 
-	h, hdr, err := acquire(ctx, e.s, mutexRule(e.pfx), e.key, val, true, true, func(rev int64) {
+	r := mutexRule(e.pfx)
+	r.kind = kindElection
+	h, hdr, err := acquire(ctx, e.s, r, e.key, val, true, true, func(rev int64) {
 		e.mu.Lock()
 		e.leaderKey, e.rev = e.key, rev
 		if rev == 0 {

@@ -85,4 +85,7 @@ var (
 	// ErrElectionNoLeader is returned by Leader when the election has no
 	// candidate, and so no leader.
 	ErrElectionNoLeader = errors.New("election: no leader")
+
+	// ErrNilRegisterer is returned by NewMetrics when the registerer is nil.
+	ErrNilRegisterer = errors.New("concurrency: nil prometheus registerer")
 )

@@ -2,9 +2,12 @@ package concurrency
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // hold is one tenure of a lock or of leadership, from the read that showed
@@ -30,6 +33,13 @@ type hold struct {
 
 	ctx    context.Context // cancelled with the cause that ended the hold
 	cancel context.CancelCauseFunc
+
+	// Set by the acquisition before the hold is shared, for metrics and
+	// traces: the kind of lock, and with metrics what records the end
+	// (see finish).
+	kind    string
+	obs     *holdObs
+	stopObs func() bool
 
 	mu sync.Mutex // guards unwatchFn, wanted, ended and releasing
 	// unwatchFn stops the watch goroutine and waits for it; nil when none
@@ -123,10 +133,33 @@ func (h *hold) watchKey(ctx context.Context, done chan<- struct{}) {
 }
 
 // lost ends the hold with ErrLockLost after its key was deleted, and has
-// the session check its lease.
+// the session check its lease. It first asks etcd, in one bounded round
+// trip, whether the lease is still there, so that the cause says when the
+// key went with its lease (revoked or expired) rather than by a delete.
 func (h *hold) lost() {
+	cause := fmt.Errorf("%w: key %q was deleted", ErrLockLost, h.key)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), min(h.s.renewTimeout(), time.Second))
+	resp, err := h.s.client.TimeToLive(ctx, h.s.id)
+	cancel()
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && resp.TTL < 0 {
+		cause = fmt.Errorf("%w: key %q was deleted with its lease: lease %x %w", ErrLockLost, h.key, int64(h.s.id), errLeaseLost)
+	}
 	h.s.check()
-	h.cancel(fmt.Errorf("%w: key %q was deleted", ErrLockLost, h.key))
+	h.finish(cause)
+}
+
+// finish cancels the hold's context with cause and, with metrics, records
+// the end first, so that whoever sees the context end sees the metrics
+// too. A hold that ends with its session instead is recorded by the
+// function that stopObs stops.
+func (h *hold) finish(cause error) {
+	if h.stopObs != nil && h.stopObs() {
+		if h.ctx.Err() != nil {
+			cause = context.Cause(h.ctx) // the session ended first
+		}
+		h.obs.ended(h, cause)
+	}
+	h.cancel(cause)
 }
 
 // release deletes the hold's key, if it is still this hold's, and ends the
@@ -138,6 +171,9 @@ func (h *hold) lost() {
 // key goes with the lease) and the error is returned with ended true. The
 // caller serialises calls to release.
 func (h *hold) release(ctx context.Context) (ended bool, err error) {
+	if span := h.s.ins.startRelease(ctx, h); span != nil {
+		defer func() { endRelease(span, ended, err, context.Cause(h.ctx)) }()
+	}
 	h.mu.Lock()
 	h.releasing = true
 	h.mu.Unlock()
@@ -166,7 +202,7 @@ func (h *hold) release(ctx context.Context) (ended bool, err error) {
 
 // end cancels the hold with cause and stops its watch.
 func (h *hold) end(cause error) {
-	h.cancel(cause)
+	h.finish(cause)
 	h.mu.Lock()
 	h.ended = true
 	h.mu.Unlock()

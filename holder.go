@@ -51,6 +51,7 @@ func (h *holder) lock(ctx context.Context, r rule, key, val string, wait bool, v
 		select {
 		case h.sem <- struct{}{}:
 		default:
+			h.s.ins.missed(r)
 			return ErrLocked
 		}
 	}

@@ -259,7 +259,7 @@ func (l *leader) newSession(ctx context.Context) (*Session, func() error, error)
 	// The session carries ctx's values but ends only when closed.
 	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
 	stopOnCtx := context.AfterFunc(ctx, scancel)
-	s, err := NewSession(l.cli, WithTTL(l.o.ttl), WithContext(sctx))
+	s, err := NewSession(l.cli, append([]SessionOption{WithTTL(l.o.ttl), WithContext(sctx)}, l.o.sessionOpts...)...)
 	if !stopOnCtx() || err != nil {
 		if err == nil {
 			s.Orphan() // ctx ended as the lease was granted: revoke it
@@ -313,6 +313,9 @@ type leadOptions struct {
 	onChange func(LeaderInfo)
 	status   *LeaderStatus
 	err      error // the first invalid option
+	// sessionOpts are given to the session of each term: WithLeadMetrics,
+	// WithLeadTracerProvider.
+	sessionOpts []SessionOption
 }
 
 // LeadOption configures Lead.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -36,10 +37,12 @@ type rule struct {
 	// kinds of lock that over does not take in: enqueue refuses the name,
 	// with ErrLockKind, if the range holds a key.
 	foreign string
+	kind  string // for metrics and traces: kindMutex, kindElection...
 }
 
-// mutexRule is the rule of a Mutex or an Election named by prefix pfx.
-func mutexRule(pfx string) rule { return rule{pfx: pfx, over: pfx, limit: 1} }
+// mutexRule is the rule of a Mutex named by prefix pfx, and the base of
+// the others.
+func mutexRule(pfx string) rule { return rule{pfx: pfx, over: pfx, limit: 1, kind: kindMutex} }
 
 // acquire takes a place for key, with value val, in the queue of r (see
 // enqueue) and, if wait, waits until key holds (see waitDeletes). It
@@ -60,6 +63,18 @@ func mutexRule(pfx string) rule { return rule{pfx: pfx, over: pfx, limit: 1} }
 // while (lateApplyWindow) whenever nobody uses it, so that a late write
 // cannot leave a key in the queue for the life of the session.
 func acquire(ctx context.Context, s *Session, r rule, key, val string, update, wait bool, waiting func(rev int64)) (*hold, *pb.ResponseHeader, error) {
+	if s.ins == nil {
+		return acquireKey(ctx, s, r, key, val, update, wait, waiting, nil)
+	}
+	ctx, a := s.ins.startAcquire(ctx, r, key, wait)
+	h, hdr, err := acquireKey(ctx, s, r, key, val, update, wait, waiting, a)
+	a.done(h, err)
+	return h, hdr, err
+}
+
+// acquireKey is acquire, reporting to a (if not nil) where the key was
+// queued and when it begins to wait.
+func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update, wait bool, waiting func(rev int64), a *acquisition) (*hold, *pb.ResponseHeader, error) {
 	if s.life.Err() != nil {
 		return nil, nil, context.Cause(s.life)
 	}
@@ -79,6 +94,7 @@ func acquire(ctx context.Context, s *Session, r rule, key, val string, update, w
 		s.unuse(ctx, key, 0, deleteNow)
 		return nil, nil, err
 	}
+	a.enqueued(q)
 	if q.err != nil {
 		s.unuse(ctx, key, q.rev, deleteNow)
 		return nil, nil, q.err
@@ -99,6 +115,7 @@ func acquire(ctx context.Context, s *Session, r rule, key, val string, update, w
 	if waiting != nil {
 		waiting(q.rev)
 	}
+	a.wait()
 	hdr, err := waitDeletes(wctx, s, r, key, q.rev, q.next, q.hdr.Revision)
 	if err == nil {
 		if r.limit > 1 {
@@ -126,6 +143,7 @@ type queued struct {
 	holds bool               // fewer than limit keys of over are older: the key holds
 	next  target             // what to wait for, when known and the key does not hold
 	err   error              // the rule's check refused the older keys
+	ahead int64              // keys of over older than the key when it was created; -1 if it existed
 	hdr   *pb.ResponseHeader // of the transaction
 }
 
@@ -167,10 +185,14 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string, update bo
 	if err != nil {
 		return queued{}, err
 	}
-	q := queued{hdr: resp.Header}
+	q := queued{hdr: resp.Header, ahead: -1}
 	if resp.Succeeded {
 		// Every key but this one is older: it was created last.
 		q.rev = resp.Header.Revision
+		q.ahead = resp.Responses[1].GetResponseRange().Count
+		if strings.HasPrefix(key, r.over) {
+			q.ahead-- // the key itself
+		}
 		var older []*mvccpb.KeyValue
 		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 			if kv.CreateRevision != q.rev {

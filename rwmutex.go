@@ -47,11 +47,13 @@ func NewRWMutex(s *Session, pfx string) *RWMutex {
 // rule is the rule of a writer (write) or a reader.
 func (m *RWMutex) rule(write bool) rule {
 	r := mutexRule(m.pfx)
+	r.kind = kindWrite
 	if !write {
 		// A reader counts only writers; the keys of other kinds of lock
 		// (hex lease IDs sort before "r/") it checks apart.
 		r.over = m.pfx + "w/"
 		r.foreign = m.pfx + "r/"
+		r.kind = kindRead
 	}
 	r.check = func(older []*mvccpb.KeyValue) error {
 		for _, kv := range older {

@@ -61,6 +61,7 @@ var semKey = regexp.MustCompile(`^[0-9a-f]+-[0-9a-f]+$`)
 
 func (m *Semaphore) rule() rule {
 	r := mutexRule(m.pfx)
+	r.kind = kindSemaphore
 	r.limit = m.limit
 	r.check = func(older []*mvccpb.KeyValue) error {
 		for _, kv := range older {

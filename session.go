@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -52,6 +53,8 @@ type Session struct {
 	mu       sync.Mutex // guards deadline and keys
 	deadline time.Time
 	keys     map[string]*keyState // lock keys this session uses or must clean up
+
+	ins *instruments // metrics and tracer; nil without (see metrics.go)
 }
 
 // keyState is what a session knows of one of its lock keys.
@@ -125,6 +128,7 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 		checkc: make(chan struct{}, 1),
 		sweepc: make(chan struct{}, 1),
 		keys:   make(map[string]*keyState),
+		ins:    newInstruments(o.metrics, o.tracerProvider),
 	}
 	// The session's contexts carry the caller's values but not its
 	// cancellation: the session cancels them itself, so that their cause
@@ -231,20 +235,23 @@ func (s *Session) run() {
 		case <-s.ctx.Done():
 			return
 		case <-expiry.C:
+			s.ins.deadlinePassed()
 			s.endLife(fmt.Errorf("%w: lease %x not renewed before its deadline", ErrSessionExpired, int64(s.id)))
 			return
 		case <-s.checkc:
 		case <-next.C:
 		}
 
+		sent := time.Now()
 		err := s.renew()
+		s.ins.renewed(sent, err)
 		switch {
 		case err == nil:
 			expiry.Reset(time.Until(s.Deadline()))
 			next.Reset(s.ttl / 3)
 			s.kickSweeper()
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			s.endLife(fmt.Errorf("%w: lease %x revoked or expired", ErrSessionExpired, int64(s.id)))
+			s.endLife(fmt.Errorf("%w: lease %x %w", ErrSessionExpired, int64(s.id), errLeaseLost))
 			return
 		default:
 			next.Reset(min(s.ttl/3, retryInterval))
@@ -533,6 +540,9 @@ type sessionOptions struct {
 	badTTL  bool // WithTTL was given a TTL of zero or less, ignored
 	leaseID clientv3.LeaseID
 	ctx     context.Context
+
+	metrics        *Metrics             // WithMetrics
+	tracerProvider trace.TracerProvider // WithTracerProvider
 }
 
 // SessionOption configures a Session.

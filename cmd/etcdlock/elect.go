@@ -23,6 +23,7 @@ type electOptions struct {
 	quiet     bool
 	once      bool
 	killGrace time.Duration
+	metrics   string // --metrics-addr
 }
 
 func newElectCommand(conn *connFlags) *cobra.Command {
@@ -99,13 +100,18 @@ etcdctl elect and etcd's concurrency package.`,
 			case o.ttl <= 0:
 				return withCode(exitUsage, fmt.Errorf("--ttl %d: %w", o.ttl, concurrency.ErrInvalidTTL))
 			}
+			metrics, stopMetrics, err := serveMetrics(o.metrics, o.quiet, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			if o.listen {
 				return o.observe(conn, args[0], cmd.OutOrStdout())
 			}
 			if command != nil {
-				return o.supervise(conn, args[0], args[1], command, cmd.OutOrStdout(), cmd.ErrOrStderr())
+				return o.supervise(conn, args[0], args[1], command, metrics, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
-			return o.campaign(conn, args[0], args[1], cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return o.campaign(conn, args[0], args[1], metrics, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -114,12 +120,13 @@ etcdctl elect and etcd's concurrency package.`,
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no messages on stderr")
 	f.BoolVar(&o.once, "once", false, "with a command: run it at most once; exit 122 if the leadership is lost instead of campaigning again")
 	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "with a command: after the leadership is lost, time between SIGTERM and SIGKILL to the command; 0 sends SIGKILL at once")
+	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
 	return cmd
 }
 
-func (o *electOptions) campaign(conn *connFlags, name, proposal string, stdout, stderr io.Writer) error {
+func (o *electOptions) campaign(conn *connFlags, name, proposal string, metrics *concurrency.Metrics, stdout, stderr io.Writer) error {
 	waiting := fmt.Sprintf("while campaigning in %q", name)
-	c, err := newContender(conn, name, o.ttl, waiting)
+	c, err := newContender(conn, name, o.ttl, waiting, concurrency.WithMetrics(metrics))
 	if err != nil {
 		return err
 	}
@@ -197,7 +204,7 @@ var errLostOnce = errors.New("leadership lost with --once")
 // supervise campaigns in name with proposal and runs command each time it
 // is elected, until the command exits by itself as the leader, a signal
 // ends it, or (with --once) the leadership is lost.
-func (o *electOptions) supervise(conn *connFlags, name, proposal string, command []string, stdout, stderr io.Writer) error {
+func (o *electOptions) supervise(conn *connFlags, name, proposal string, command []string, metrics *concurrency.Metrics, stdout, stderr io.Writer) error {
 	if _, err := conn.config(); err != nil {
 		return err
 	}
@@ -265,7 +272,7 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 	if !o.quiet {
 		fmt.Fprintf(stderr, "etcdlock: campaigning in %q with %q\n", name, oneLine(proposal))
 	}
-	err = concurrency.Lead(ctx, cli, name, proposal, fn, concurrency.WithLeadTTL(o.ttl))
+	err = concurrency.Lead(ctx, cli, name, proposal, fn, concurrency.WithLeadTTL(o.ttl), concurrency.WithLeadMetrics(metrics))
 	switch {
 	case ctx.Err() == nil:
 		return err // the command's status, or why it did not start, or etcd's error

@@ -34,6 +34,7 @@ type lockOptions struct {
 	setLimit  bool // --limit was given (so that --limit 0 is refused)
 	shared    bool // --shared: an RWMutex's read side
 	exclusive bool // --exclusive: an RWMutex's write side
+	metrics   string // --metrics-addr
 }
 
 // locker is the one lock a lock command takes: a Mutex (plain lock), a
@@ -179,6 +180,7 @@ See 'etcdlock --help'.`,
 	f.IntVar(&o.limit, "limit", 0, "hold one of this many permits of a semaphore named NAME (at least 1)")
 	f.BoolVar(&o.shared, "shared", false, "hold the read side of a reader/writer lock named NAME")
 	f.BoolVar(&o.exclusive, "exclusive", false, "hold the write side of a reader/writer lock named NAME")
+	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
 	return cmd
 }
 
@@ -305,7 +307,7 @@ type contender struct {
 // newContender connects to etcd and starts a session with the given TTL
 // for the queue name. A signal before it returns ends it with an error
 // that says it came while doing what.
-func newContender(conn *connFlags, name string, ttl int, what string) (*contender, error) {
+func newContender(conn *connFlags, name string, ttl int, what string, opts ...concurrency.SessionOption) (*contender, error) {
 	if _, err := conn.config(); err != nil {
 		return nil, err
 	}
@@ -319,7 +321,7 @@ func newContender(conn *connFlags, name string, ttl int, what string) (*contende
 	var err error
 	if c.cli, err = conn.connect(c.ctx, lockPrefix(name)); err == nil {
 		var closeSession func()
-		if c.s, closeSession, err = startSession(c.ctx, conn, c.cli, ttl); err == nil {
+		if c.s, closeSession, err = startSession(c.ctx, conn, c.cli, ttl, opts...); err == nil {
 			c.close = func() {
 				closeSession()
 				c.cli.Close()
@@ -337,7 +339,12 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 	if err := o.validate(); err != nil {
 		return err
 	}
-	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name))
+	metrics, stopMetrics, err := serveMetrics(o.metrics, o.quiet, stderr)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name), concurrency.WithMetrics(metrics))
 	if err != nil {
 		return err
 	}
@@ -393,11 +400,11 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 // first round trip is bounded by --command-timeout and by ctx; the session
 // itself lives until the returned close function, which revokes the lease
 // within --command-timeout.
-func startSession(ctx context.Context, conn *connFlags, cli *clientv3.Client, ttl int) (*concurrency.Session, func(), error) {
+func startSession(ctx context.Context, conn *connFlags, cli *clientv3.Client, ttl int, opts ...concurrency.SessionOption) (*concurrency.Session, func(), error) {
 	sctx, cancel := context.WithCancel(context.Background())
 	stopOnCtx := context.AfterFunc(ctx, cancel)
 	timer := time.AfterFunc(conn.commandTimeout, cancel)
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl), concurrency.WithContext(sctx))
+	s, err := concurrency.NewSession(cli, append([]concurrency.SessionOption{concurrency.WithTTL(ttl), concurrency.WithContext(sctx)}, opts...)...)
 	timedOut := !timer.Stop()
 	stopOnCtx()
 	if err == nil && sctx.Err() != nil {

@@ -27,6 +27,8 @@
 //   - queue: N waiters queued on a held lock, then drained; traffic per
 //     handoff, and heap bytes and goroutines per session and per waiting
 //     Lock (measured in a child process that runs no etcd member);
+//   - metrics overhead (-metrics): uncontended, and contended on 8 sessions,
+//     with this package's metrics off and on, in interleaved rounds;
 //   - lost-lock notice: the time from a lease revoke sent by another client
 //     to the holder being told: Mutex.Ctx() here, Session.Done() in etcd's
 //     package, which learns it only from its next keepalive (TTL/3).
@@ -76,30 +78,32 @@ import (
 )
 
 type config struct {
-	endpoints    []string
-	members      int
-	duration     time.Duration
-	rounds       int
-	sessions     []int
-	waiters      []int
-	many         int
-	manyHold     time.Duration
-	clients      int
-	maxOps       int
-	lostTTL      int
-	lostTrials   int
-	lostBound    time.Duration
-	queueTimeout time.Duration
-	timeout      time.Duration
-	quick        bool
-	prefix       string
-	childQueue   string
-	semSessions  int
-	semLimit     int
-	semWaiters   []int
-	rwSessions   int
-	rwReads      []float64
-	only         map[string]bool // nil: every group
+	endpoints       []string
+	members         int
+	duration        time.Duration
+	rounds          int
+	sessions        []int
+	waiters         []int
+	many            int
+	manyHold        time.Duration
+	clients         int
+	maxOps          int
+	lostTTL         int
+	lostTrials      int
+	lostBound       time.Duration
+	queueTimeout    time.Duration
+	timeout         time.Duration
+	quick           bool
+	prefix          string
+	childQueue      string
+	semSessions     int
+	semLimit        int
+	semWaiters      []int
+	rwSessions      int
+	rwReads         []float64
+	only            map[string]bool // nil: every group
+	metrics         bool
+	metricsSessions int
 }
 
 // groups are the workload groups that -only selects from, in run order.
@@ -159,6 +163,8 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.lostBound, "lost-bound", 30*time.Second, "longest wait for a lost-lock notice")
 	fs.DurationVar(&cfg.queueTimeout, "queue-timeout", 3*time.Minute, "bound of one queue workload")
 	fs.DurationVar(&cfg.timeout, "timeout", 15*time.Minute, "bound of the whole run")
+	fs.BoolVar(&cfg.metrics, "metrics", true, "measure the overhead of the package's metrics: uncontended and contended, off and on")
+	fs.IntVar(&cfg.metricsSessions, "metrics-sessions", 8, "sessions of the contended metrics-overhead workload")
 	fs.BoolVar(&cfg.quick, "quick", false, "tiny workload that checks the harness works (numbers are not meaningful)")
 	fs.StringVar(&cfg.prefix, "prefix", "", "key prefix of the run (default: /lockbench/<unix ns>)")
 	fs.StringVar(&cfg.childQueue, "child-queue", "", "internal: run one queue workload, PKG:N, and print it as JSON")
@@ -229,6 +235,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-many and -many-hold must not be negative")
 	case cfg.duration <= 0 || cfg.lostBound <= 0 || cfg.queueTimeout <= 0 || cfg.timeout <= 0:
 		return cfg, errors.New("durations must be positive")
+	case cfg.metricsSessions < 2:
+		return cfg, errors.New("-metrics-sessions must be at least 2")
 	case cfg.rounds < 1 || cfg.clients < 2 || cfg.maxOps < 1 || cfg.lostTTL < 1 || cfg.lostTrials < 1:
 		return cfg, errors.New("need -rounds >= 1, -clients >= 2, -max-ops >= 1, -lost-ttl >= 1, -lost-trials >= 1")
 	}

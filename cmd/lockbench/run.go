@@ -56,6 +56,7 @@ type results struct {
 	semQueue    []lockbench.QueueResult // by -sem-waiters
 	rw          []rwPair                // by -rw-reads
 	lost        []lost
+	overhead    *overhead // nil with -metrics=false
 }
 
 // run starts (or connects to) the cluster, runs every workload for both
@@ -204,6 +205,12 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 		res.rw = append(res.rw, p)
 	}
 
+	if cfg.metrics {
+		if res.overhead, err = measureOverhead(ctx, cfg, env, root); err != nil {
+			return err
+		}
+	}
+
 	for _, impl := range []lockbench.Impl{ours, etcd} {
 		if !cfg.runs("lost") {
 			break
@@ -218,6 +225,9 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 
 	progress("done in %v", time.Since(start).Round(time.Second))
 	report(w, cfg, where, time.Since(start), res)
+	if res.overhead != nil {
+		reportOverhead(w, res.overhead)
+	}
 	return nil
 }
 

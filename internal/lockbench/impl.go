@@ -112,3 +112,14 @@ func Named(name string) (Impl, bool) {
 	}
 	return Impl{}, false
 }
+
+// OursWithMetrics is this module's package with its Prometheus metrics on,
+// reporting to m: the metrics overhead is this ÷ Ours.
+func OursWithMetrics(m *concurrency.Metrics) Impl {
+	i := Ours
+	i.Name = "ours+metrics"
+	i.NewSession = func(ctx context.Context, c *clientv3.Client, ttl int) (Session, error) {
+		return concurrency.NewSession(c, concurrency.WithTTL(ttl), concurrency.WithContext(ctx), concurrency.WithMetrics(m))
+	}
+	return i
+}
