@@ -107,7 +107,7 @@ type config struct {
 }
 
 // groups are the workload groups that -only selects from, in run order.
-var groups = []string{"basic", "contended", "many", "queue", "semaphore", "rwmutex", "lost"}
+var groups = []string{"basic", "contended", "many", "queue", "semaphore", "rwmutex", "metrics", "lost"}
 
 // runs reports whether the workloads of group run.
 func (c config) runs(group string) bool { return c.only == nil || c.only[group] }

@@ -205,7 +205,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 		res.rw = append(res.rw, p)
 	}
 
-	if cfg.metrics {
+	if cfg.metrics && cfg.runs("metrics") {
 		if res.overhead, err = measureOverhead(ctx, cfg, env, root); err != nil {
 			return err
 		}
