@@ -37,7 +37,7 @@ type rule struct {
 	// kinds of lock that over does not take in: enqueue refuses the name,
 	// with ErrLockKind, if the range holds a key.
 	foreign string
-	kind  string // for metrics and traces: kindMutex, kindElection...
+	kind    string // for metrics and traces: kindMutex, kindElection...
 }
 
 // mutexRule is the rule of a Mutex named by prefix pfx, and the base of

@@ -30,10 +30,10 @@ type lockOptions struct {
 	try       bool
 	killGrace time.Duration
 	quiet     bool
-	limit     int  // --limit: a Semaphore with this many permits; 0 without the flag
-	setLimit  bool // --limit was given (so that --limit 0 is refused)
-	shared    bool // --shared: an RWMutex's read side
-	exclusive bool // --exclusive: an RWMutex's write side
+	limit     int    // --limit: a Semaphore with this many permits; 0 without the flag
+	setLimit  bool   // --limit was given (so that --limit 0 is refused)
+	shared    bool   // --shared: an RWMutex's read side
+	exclusive bool   // --exclusive: an RWMutex's write side
 	metrics   string // --metrics-addr
 }
 
