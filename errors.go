@@ -15,8 +15,10 @@ var (
 
 	// ErrSessionExpired is returned when the session's lease is gone or can no
 	// longer be trusted: revoked, expired, not renewed before its conservative
-	// deadline, orphaned or closed. It is also the context.Cause of a Session's
-	// Ctx, and of a hold's Ctx when the hold ended because its session did.
+	// deadline, or closed. It is also the context.Cause of a Session's Ctx
+	// (which Orphan ends too, though the session stays usable while its
+	// lease lives), and of a hold's Ctx when the hold ended because its
+	// session did.
 	ErrSessionExpired = errors.New("mutex: session is expired")
 
 	// ErrLockReleased is returned by Unlock when the Mutex is not held, and is
