@@ -100,7 +100,7 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 		return nil, nil, q.err
 	}
 	if q.holds {
-		return newHold(s, key, q.rev, q.hdr.Revision), q.hdr, nil
+		return granted(ctx, s, key, q.rev, q.hdr)
 	}
 	if !wait {
 		s.unuse(ctx, key, q.rev, deleteNow)
@@ -117,11 +117,14 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	}
 	a.wait()
 	hdr, err := waitDeletes(wctx, s, r, key, q.rev, q.next, q.hdr.Revision)
-	if err == nil {
+	if err == nil && s.life.Err() == nil {
 		if r.limit > 1 {
 			promote(ctx, s, key, q.rev)
 		}
 		return newHold(s, key, q.rev, hdr.Revision), hdr, nil
+	}
+	if err == nil {
+		err = context.Cause(s.life) // see granted
 	}
 	// Say why the wait ended: the caller's context first, so that
 	// errors.Is(err, ctx.Err()) holds, then the session.
@@ -135,6 +138,21 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	}
 	s.unuse(ctx, key, q.rev, deleteNow)
 	return nil, nil, err
+}
+
+// granted turns a read that showed key holding into a hold, unless the
+// session's life ended meanwhile: the session ends at its conservative
+// deadline, before the server can expire the lease, so a grant that finds
+// the session alive when the read has returned holds at that moment too,
+// however old the read (a member that lagged). The wait's own cancellation
+// by the session's end comes a goroutine later; this check does not wait
+// for it.
+func granted(ctx context.Context, s *Session, key string, rev int64, hdr *pb.ResponseHeader) (*hold, *pb.ResponseHeader, error) {
+	if s.life.Err() != nil {
+		s.unuse(ctx, key, rev, deleteNow)
+		return nil, nil, context.Cause(s.life)
+	}
+	return newHold(s, key, rev, hdr.Revision), hdr, nil
 }
 
 // queued is where enqueue left a key in its queue.
