@@ -12,7 +12,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Backoff between two campaigns after a failure or a lost leadership: it
@@ -129,9 +128,7 @@ func Lead(ctx context.Context, cli *clientv3.Client, pfx, val string, fn func(ct
 		if lasted >= leadMaxBackoff {
 			backoff = leadMinBackoff
 		}
-		// Half to all of backoff, at random.
-		wait := backoff/2 + rand.N(backoff/2+1)
-		if !sleepCtx(ctx, wait) {
+		if !sleepCtx(ctx, jittered(backoff)) {
 			return ctx.Err()
 		}
 		backoff = min(2*backoff, leadMaxBackoff)
@@ -297,12 +294,7 @@ func (l *leader) permanent(err error) error {
 		errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrInvalidAuthToken) {
 		return fmt.Errorf("concurrency: Lead: %w", err)
 	}
-	var ee rpctypes.EtcdError
-	c := status.Code(err)
-	if errors.As(err, &ee) {
-		c = ee.Code()
-	}
-	if c == codes.PermissionDenied || c == codes.Unauthenticated {
+	if c := grpcCode(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
 		return fmt.Errorf("concurrency: Lead: %w", err)
 	}
 	return nil
@@ -444,7 +436,7 @@ func watchLeaders(ctx, fin context.Context, cli *clientv3.Client, pfx string, no
 		case errors.Is(err, rpctypes.ErrCompacted):
 			continue // reading again is enough
 		}
-		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		t := time.NewTimer(jittered(backoff))
 		select {
 		case <-t.C:
 		case <-fin.Done():
@@ -549,3 +541,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 		}
 	}
 }
+
+// jittered is half to all of d, at random, so that candidates that failed
+// together do not retry together.
+func jittered(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }

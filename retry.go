@@ -29,11 +29,17 @@ func transient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
+	return grpcCode(err) == codes.Unavailable
+}
+
+// grpcCode is the gRPC code of err: etcd's own errors carry theirs, others
+// their status's.
+func grpcCode(err error) codes.Code {
 	var ee rpctypes.EtcdError
 	if errors.As(err, &ee) {
-		return ee.Code() == codes.Unavailable
+		return ee.Code()
 	}
-	return status.Code(err) == codes.Unavailable
+	return status.Code(err)
 }
 
 // retry calls op until it returns an error that is not transient (nil
