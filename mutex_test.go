@@ -719,6 +719,17 @@ func TestMutexCleanupBounded(t *testing.T) {
 			clus.Members[0].Bridge().DropConnections() // a blackhole loses bytes mid-stream
 			if im.name == "ours" {
 				etcdtest.WaitKeys(t, hc, pfx, 1) // the session deletes the waiter's key
+			} else if violation == nil {
+				// etcd's cleanup did not hang this time (its delete failed
+				// at once on the broken connection): the other face of the
+				// same bug is the key it then leaves, never deleted.
+				left := true
+				for end := time.Now().Add(3 * time.Second); left && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+					left = len(etcdtest.Keys(t, hc, pfx)) == 2
+				}
+				if left {
+					violation = errors.New("cancelled Lock returned while etcd was unreachable and left its key, not deleted 3 s after etcd answered again")
+				}
 			}
 			if err := holder.Unlock(t.Context()); err != nil {
 				t.Fatal(err)
