@@ -16,13 +16,25 @@
 // A lock name is a queue of keys, one per session, each attached to its
 // session's lease. The key with the smallest create revision holds the lock;
 // the others wait in create-revision order, each watching only the key just
-// before its own. Lock returns nil only after a read showed its key first
-// in the queue at the revision of the returned header (a linearizable read,
-// or after a predecessor's deletion a serializable one on the waiter's own
-// member; see waitdeletes.go), so at any etcd revision at most one session
-// holds the lock, and holders follow one another in create-revision order.
-// A Semaphore lets the limit oldest keys hold; an RWMutex reader needs no
-// older writer, a writer no older key.
+// before its own. Lock returns nil only after a linearizable read showed its
+// key first in the queue at the revision of the returned header (never a
+// serializable one: a member that lags could show a key already deleted at
+// the leader), so at any etcd revision at most one session holds the lock,
+// and holders follow one another in create-revision order. A Semaphore lets
+// the limit oldest keys hold; an RWMutex reader needs no older writer, a
+// writer no older key. A key that the session finds already in place (an
+// earlier enqueue whose answer was lost wrote it) is judged by the same
+// read and checks as a new one before it is used, and a Semaphore's or
+// RWMutex's key is written only if the name's other keys allow it (their
+// limit, their kind), so a refused client leaves nothing in the queue.
+// Lock never returns nil once its ctx or its session has ended.
+//
+// A lock name is a prefix: the keys of the name "a" are "a/" and what
+// follows, as in etcd's package. So the names "a" and "a/b" overlap: a
+// Mutex named "a" also waits for the keys of a lock named "a/b", and a
+// Semaphore or RWMutex named "a" refuses a name whose range holds another
+// kind's key, such as those of "a/b" (ErrLockKind). Give locks names that
+// are not prefixes of one another, as with etcd's package.
 //
 // A hold ends at Unlock, when its key is deleted by anyone, or when its
 // lease ends: revoked, or expired because the session stopped renewing it
@@ -63,7 +75,9 @@
 //   - Unlock and Resign delete only the incarnation of the key they
 //     acquired (#22082);
 //   - cleanup after a failed Lock or Campaign is bounded in time and leaves
-//     no key (#18082, #21128);
+//     no key (#18082, #21128), also when its ctx ended while its write was
+//     in flight: the write is awaited in the background and its key deleted
+//     by revision;
 //   - a wait survives compaction;
 //   - a Mutex and an Election are safe for concurrent use (#7547);
 //   - IsOwner does not hold while Lock waits (#12017), and Election.Rev is 0

@@ -61,7 +61,11 @@ type Election struct {
 
 	sem chan struct{} // holds one token while a goroutine runs Campaign
 
-	mu        sync.Mutex // guards leaderKey, rev, leader, hdr and hold; held by Proclaim and Resign for their round trip
+	// opMu serialises Proclaim and Resign, and is held for their round
+	// trips, so that mu, which the getters take, never is.
+	opMu sync.Mutex
+
+	mu        sync.Mutex // guards leaderKey, rev, leader, hdr, hold and counted; never held over network I/O
 	leaderKey string     // the key while Campaign waits or while leader; "" otherwise
 	rev       int64      // create revision of leaderKey while Campaign waits or while leader; 0 otherwise
 	leader    bool
@@ -216,23 +220,31 @@ func (e *Election) Proclaim(ctx context.Context, val string) error {
 	if err := e.validate(); err != nil {
 		return err
 	}
+	e.opMu.Lock()
+	defer e.opMu.Unlock()
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if !e.leader {
+		e.mu.Unlock()
 		return ErrElectionNotLeader
 	}
 	e.adopt()
+	key, rev, hd := e.leaderKey, e.rev, e.hold
+	e.mu.Unlock()
 	resp, err := e.s.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(e.leaderKey), "=", e.rev)).
-		Then(clientv3.OpPut(e.leaderKey, val, clientv3.WithLease(e.s.id))).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, val, clientv3.WithLease(e.s.id))).
 		Commit()
 	if err != nil {
 		return err
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if !resp.Succeeded {
-		gone := fmt.Errorf("key %q no longer has create revision %d", e.leaderKey, e.rev)
-		e.hold.end(fmt.Errorf("%w: %w", ErrLockLost, gone))
-		e.forget(ctx, keep)
+		gone := fmt.Errorf("key %q no longer has create revision %d", key, rev)
+		hd.end(fmt.Errorf("%w: %w", ErrLockLost, gone))
+		if e.hold == hd {
+			e.forget(ctx, keep)
+		}
 		return fmt.Errorf("%w: %w", ErrElectionNotLeader, gone)
 	}
 	e.hdr = resp.Header
@@ -256,16 +268,25 @@ func (e *Election) Resign(ctx context.Context) error {
 	if err := e.validate(); err != nil {
 		return err
 	}
+	e.opMu.Lock()
+	defer e.opMu.Unlock()
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if !e.leader {
+		e.mu.Unlock()
 		return nil
 	}
-	ended, err := e.hold.release(ctx)
+	hd := e.hold
+	e.mu.Unlock()
+	// While the delete is retried, the getters see the leadership as it is.
+	ended, err := hd.release(ctx)
 	if !ended {
 		return err // still the leader: Resign may be retried
 	}
-	e.forget(ctx, keep)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.hold == hd {
+		e.forget(ctx, keep)
+	}
 	return err
 }
 
@@ -286,6 +307,8 @@ func (e *Election) release(ctx context.Context) error {
 	if err == nil {
 		return nil
 	}
+	e.opMu.Lock()
+	defer e.opMu.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.leader {
@@ -367,7 +390,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- *clientv3.GetResponse)
 			if len(resp.Kvs) == 0 {
 				// No leader: wait for the first candidate, then read which
 				// key leads (several may have come at once).
-				err = watchUntil(ctx, client, e.pfx, func(wr clientv3.WatchResponse) (bool, error) {
+				err = watchUntil(ctx, client, e.pfx, nil, func(wr clientv3.WatchResponse) (bool, error) {
 					return len(wr.Events) > 0, nil
 				}, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(rev+1))
 			} else {
@@ -377,7 +400,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- *clientv3.GetResponse)
 				if !post(resp.Header, kv) {
 					return
 				}
-				err = watchUntil(ctx, client, string(kv.Key), func(wr clientv3.WatchResponse) (bool, error) {
+				err = watchUntil(ctx, client, string(kv.Key), nil, func(wr clientv3.WatchResponse) (bool, error) {
 					for _, ev := range wr.Events {
 						if ev.Type == mvccpb.DELETE {
 							return true, nil

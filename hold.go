@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // hold is one tenure of a lock or of leadership, from the read that showed
@@ -41,10 +42,13 @@ type hold struct {
 	obs     *holdObs
 	stopObs func() bool
 
-	mu sync.Mutex // guards unwatchFn, wanted, ended and releasing
+	mu sync.Mutex // guards unwatchFn, unpromoteFn, wanted, ended and releasing
 	// unwatchFn stops the watch goroutine and waits for it; nil when none
 	// runs.
 	unwatchFn func()
+	// unpromoteFn stops the promote goroutine and waits for it; nil when
+	// none runs.
+	unpromoteFn func()
 	// wanted: the context was asked for, so the hold is watched.
 	wanted bool
 	// No watch starts once the hold has ended, or while its holder deletes
@@ -114,12 +118,13 @@ func (h *hold) unwatch() {
 func (h *hold) watchKey(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	seenRev := h.seenRev
+	var b backoff
 	for ctx.Err() == nil {
 		// waitDelete outlasts lost connections and leaderless members; it
 		// fails only on a refusal (permission denied) that may yet pass:
 		// try again, until the key goes or the hold ends. The session's
 		// deadline bounds how long a hold can outlive a dead connection.
-		if _, err := waitDelete(ctx, h.s.client, target{key: h.key, create: h.rev}, seenRev); err == nil {
+		if _, err := waitDelete(ctx, h.s.client, target{key: h.key, create: h.rev}, seenRev, &b); err == nil {
 			if ctx.Err() == nil {
 				h.lost()
 			}
@@ -129,6 +134,51 @@ func (h *hold) watchKey(ctx context.Context, done chan<- struct{}) {
 			return
 		}
 		seenRev = 0
+	}
+}
+
+// promote starts the goroutine that tells the waiter behind the key, which
+// watches it (see target), that the key now holds after a wait: it gives
+// the key a new revision without changing its value or lease. With limit
+// > 1 that waiter may now be the first, whose turn comes with any holder's
+// deletion rather than with this key's. The grant does not wait for it;
+// it is retried, with a growing backoff, until it is applied or the hold
+// ends (then the key's deletion wakes the waiter anyway), so that a failed
+// attempt costs the waiter latency, never an unbounded wait.
+func (h *hold) promote() {
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	h.mu.Lock()
+	h.unpromoteFn = func() {
+		cancel()
+		<-done
+	}
+	h.mu.Unlock()
+	go func() {
+		defer close(done)
+		var b backoff
+		for {
+			actx, acancel := context.WithTimeout(ctx, cleanupTimeout)
+			_, err := h.s.client.Txn(actx).
+				If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
+				Then(clientv3.OpPut(h.key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).
+				Commit()
+			acancel()
+			if err == nil || !b.sleep(ctx) {
+				return
+			}
+		}
+	}()
+}
+
+// unpromote stops the promote goroutine, if it runs, and waits for it.
+func (h *hold) unpromote() {
+	h.mu.Lock()
+	stop := h.unpromoteFn
+	h.unpromoteFn = nil
+	h.mu.Unlock()
+	if stop != nil {
+		stop()
 	}
 }
 
@@ -172,7 +222,9 @@ func (h *hold) finish(cause error) {
 // release deletes the hold's key, if it is still this hold's, and ends the
 // hold: with ErrLockReleased, or with ErrLockLost if the key was already
 // gone. The delete is retried while etcd is unreachable or has no leader,
-// until ctx ends. If it fails while the session lives, the hold goes on,
+// until ctx ends; a key found gone after an attempt whose outcome is
+// unknown was most likely deleted by that attempt, and ends the hold with
+// ErrLockReleased. If it fails while the session lives, the hold goes on,
 // watched again if it was, and release returns the error with ended false: the
 // caller may retry. Once the session has ended, the hold ends anyway (its
 // key goes with the lease) and the error is returned with ended true. The
@@ -185,9 +237,11 @@ func (h *hold) release(ctx context.Context) (ended bool, err error) {
 	h.releasing = true
 	h.mu.Unlock()
 	h.unwatch()
-	var deleted bool
+	h.unpromote()
+	var deleted, unsure bool
 	err = retry(ctx, func() (err error) {
 		deleted, err = deleteRev(ctx, h.s.client, h.key, h.rev)
+		unsure = unsure || err != nil
 		return err
 	})
 	switch {
@@ -199,7 +253,7 @@ func (h *hold) release(ctx context.Context) (ended bool, err error) {
 		return false, err
 	case err != nil:
 		h.end(context.Cause(h.s.life))
-	case deleted:
+	case deleted || unsure:
 		h.end(ErrLockReleased)
 	default:
 		h.end(fmt.Errorf("%w: key %q was gone before the release", ErrLockLost, h.key))
@@ -214,4 +268,5 @@ func (h *hold) end(cause error) {
 	h.ended = true
 	h.mu.Unlock()
 	h.unwatch()
+	h.unpromote()
 }

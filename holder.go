@@ -21,7 +21,11 @@ type holder struct {
 
 	sem chan struct{} // holds one token while a goroutine holds or is acquiring
 
-	mu   sync.Mutex // guards key, rev, held, hdr and hold; held by release for its round trip
+	// relMu serialises releases; it is held for their round trips, so that
+	// mu, which the getters take, never is.
+	relMu sync.Mutex
+
+	mu   sync.Mutex // guards key, rev, held, hdr and hold; never held over network I/O
 	key  string     // the key while waiting or held; "" otherwise
 	rev  int64      // create revision of key while waiting or held; 0 otherwise
 	held bool
@@ -80,15 +84,22 @@ func (h *holder) unlock(ctx context.Context) error { return h.unlockIf(ctx, nil)
 
 // unlockIf is unlock, for a held key that is must accept (if not nil).
 func (h *holder) unlockIf(ctx context.Context, is func(key string) bool) error {
+	h.relMu.Lock()
+	defer h.relMu.Unlock()
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if !h.held || is != nil && !is(h.key) {
+		h.mu.Unlock()
 		return ErrLockReleased
 	}
-	ended, err := h.hold.release(ctx)
+	hd := h.hold
+	h.mu.Unlock()
+	// While the delete is retried, the getters see the hold as it is.
+	ended, err := hd.release(ctx)
 	if !ended {
 		return err // still held: may be retried
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.forget(ctx, keep)
 	return err
 }
@@ -109,6 +120,8 @@ func (h *holder) release(ctx context.Context) error {
 	if err == nil || errors.Is(err, ErrLockReleased) {
 		return err
 	}
+	h.relMu.Lock()
+	defer h.relMu.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.held {

@@ -13,8 +13,9 @@ import (
 // sets in any order cannot deadlock, and if one Lock fails (ctx ends, the
 // session ends) it unlocks those it took, with a fresh context bounded like
 // Do's, and returns that Lock's error, joined with any Unlock's. A Mutex
-// given twice is locked once. A nil Mutex, or bad input on any
-// (ErrNilSession, ErrInvalidPrefix), is reported before anything is locked.
+// given twice is locked once; two Mutexes of one name (ErrDuplicateName),
+// a nil Mutex, or bad input on any (ErrNilSession, ErrInvalidPrefix) are
+// reported before anything is locked.
 func LockAll(ctx context.Context, ms ...*Mutex) error {
 	order, err := lockOrder(ms)
 	if err != nil {
@@ -63,9 +64,13 @@ func lockOrder(ms []*Mutex) ([]*Mutex, error) {
 		if err := validate(m.s, m.pfx); err != nil {
 			return nil, fmt.Errorf("mutex %d: %w", i, err)
 		}
-		if !slices.Contains(order, m) {
-			order = append(order, m)
+		if slices.Contains(order, m) {
+			continue
 		}
+		if j := slices.IndexFunc(order, func(o *Mutex) bool { return o.pfx == m.pfx }); j >= 0 {
+			return nil, fmt.Errorf("%w: %q given as two Mutexes", ErrDuplicateName, m.pfx[:len(m.pfx)-1])
+		}
+		order = append(order, m)
 	}
 	// By name, not by key: a key's lease part would order names differently
 	// in different sessions.

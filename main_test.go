@@ -2,6 +2,7 @@ package concurrency_test
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,7 +15,13 @@ import (
 
 // TestMain shares one 3-member in-process cluster among the tests and
 // examples of this package.
-func TestMain(m *testing.M) { etcdtest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(semKeyChild) != "" {
+		semKeyMain()
+		return
+	}
+	etcdtest.Main(m)
+}
 
 // session and mutex are what this package and etcd's have in common, so
 // that a scenario can run against both: a regression test shows that it

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -16,9 +18,18 @@ import (
 // place in a lock name's queue (enqueue) and turns it into a hold, at once
 // or after a wait (acquire). A lock name is a queue of keys under its
 // prefix, ordered by create revision. What differs from one primitive to
-// another is a rule: which older keys count against a key, and how many of
-// them it may have and still hold. The wait is in waitdeletes.go, the
-// tenure that follows in hold.go.
+// another is a rule: which older keys count against a key, how many of
+// them it may have and still hold, and which keys of the name forbid it.
+// The wait is in waitdeletes.go, the tenure that follows in hold.go.
+//
+// Two things hold on every path to a grant:
+//   - The read that decides a grant is linearizable (see judge): a member
+//     that lags never grants a key that is already gone at the leader.
+//   - A key is used only once its state is known: a key the enqueue finds
+//     already there (left by an earlier enqueue whose outcome was unknown,
+//     or shared by two values on one session) is judged by the same read
+//     and checks as a fresh one, and an enqueue whose caller gives up is
+//     settled in the background and its key deleted by revision.
 
 // rule says when a key of a queue holds.
 type rule struct {
@@ -34,9 +45,19 @@ type rule struct {
 	// of lock and its limit): an error ends the acquisition, leaving no key.
 	check func(older []*mvccpb.KeyValue) error
 	// foreign, if not "", ends the range [pfx, foreign) of keys of other
-	// kinds of lock that over does not take in: enqueue refuses the name,
-	// with ErrLockKind, if the range holds a key.
+	// kinds of lock that over does not take in: a key older than this one
+	// in that range refuses it, with ErrLockKind.
 	foreign string
+	// guard, if not nil, makes the write of a new key conditional on the
+	// name's other keys allowing it (their kind, their limit): it returns
+	// one operation that applies then if they do, and else refused, whose
+	// reads refuse turns into the error. So a key that would be refused is
+	// never written, and cannot stand in the way of the name's rightful
+	// users while it waits to be deleted (or, if its process died, for the
+	// rest of its lease).
+	guard   func(then, refused []clientv3.Op) clientv3.Op
+	refused []clientv3.Op
+	refuse  func(rs []*pb.ResponseOp) error
 	kind    string // for metrics and traces: kindMutex, kindElection...
 }
 
@@ -55,13 +76,8 @@ func mutexRule(pfx string) rule { return rule{pfx: pfx, over: pfx, limit: 1, kin
 // outlasts a cluster without a leader and lost connections, keeping its
 // place. Without wait, a key that does not hold gives ErrLocked. On every
 // error, the key has been released: deleted, within a bounded time, unless
-// another user of the session still uses it (see Session.unuse).
-//
-// An enqueue that fails may still be applied by etcd later (the request
-// timed out on the client, not on the server). Its key is deleted at once
-// by lease, and the session deletes it again after each renewal for a
-// while (lateApplyWindow) whenever nobody uses it, so that a late write
-// cannot leave a key in the queue for the life of the session.
+// another user of the session still uses it (see Session.unuse). A grant
+// is never returned once ctx or the session has ended.
 func acquire(ctx context.Context, s *Session, r rule, key, val string, update, wait bool, waiting func(rev int64)) (*hold, *pb.ResponseHeader, error) {
 	if s.ins == nil {
 		return acquireKey(ctx, s, r, key, val, update, wait, waiting, nil)
@@ -81,29 +97,30 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	if err := s.use(ctx, key, true); err != nil {
 		return nil, nil, err
 	}
-	q, err := enqueue(ctx, s, r, key, val, update)
-	if errors.Is(err, ErrLeaseNotFound) {
-		// The transaction was refused whole: nothing was written.
-		s.unuse(ctx, key, 0, keep)
-		return nil, nil, err
-	}
+	q, err := settledEnqueue(ctx, s, r, key, val, update)
 	if err != nil {
-		// The put may have been applied, or may be yet: delete the key if
-		// it is ours, now and for a while.
-		s.suspect(key)
-		s.unuse(ctx, key, 0, deleteNow)
-		return nil, nil, err
+		return nil, nil, err // the key was handed back (see settle)
 	}
 	a.enqueued(q)
 	if q.err != nil {
-		s.unuse(ctx, key, q.rev, deleteNow)
+		settle(ctx, s, key, q, nil)
 		return nil, nil, q.err
 	}
+	if q.adopted {
+		// The key was there already: judge it as a fresh one is judged,
+		// before it is used.
+		j, err := judge(ctx, s, r, key, q.rev)
+		if err != nil {
+			settle(ctx, s, key, q, nil)
+			return nil, nil, err
+		}
+		q.holds, q.next, q.hdr = j.holds, j.next, j.hdr
+	}
 	if q.holds {
-		return granted(ctx, s, key, q.rev, q.hdr)
+		return granted(ctx, s, r, key, q.rev, q.hdr, false)
 	}
 	if !wait {
-		s.unuse(ctx, key, q.rev, deleteNow)
+		settle(ctx, s, key, q, nil)
 		return nil, nil, ErrLocked
 	}
 
@@ -117,14 +134,12 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	}
 	a.wait()
 	hdr, err := waitDeletes(wctx, s, r, key, q.rev, q.next, q.hdr.Revision)
-	if err == nil && s.life.Err() == nil {
-		if r.limit > 1 {
-			promote(ctx, s, key, q.rev)
-		}
-		return newHold(s, key, q.rev, hdr.Revision), hdr, nil
-	}
 	if err == nil {
-		err = context.Cause(s.life) // see granted
+		h, hdr, err := granted(ctx, s, r, key, q.rev, hdr, true)
+		if err != nil && waiting != nil {
+			waiting(0)
+		}
+		return h, hdr, err
 	}
 	// Say why the wait ended: the caller's context first, so that
 	// errors.Is(err, ctx.Err()) holds, then the session.
@@ -140,37 +155,162 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	return nil, nil, err
 }
 
-// granted turns a read that showed key holding into a hold, unless the
-// session's life ended meanwhile: the session ends at its conservative
-// deadline, before the server can expire the lease, so a grant that finds
-// the session alive when the read has returned holds at that moment too,
-// however old the read (a member that lagged). The wait's own cancellation
-// by the session's end comes a goroutine later; this check does not wait
-// for it.
-func granted(ctx context.Context, s *Session, key string, rev int64, hdr *pb.ResponseHeader) (*hold, *pb.ResponseHeader, error) {
+// granted turns a read that showed key holding into a hold, unless ctx or
+// the session's life ended meanwhile (then the key is deleted and the
+// error returned): the session ends at its conservative deadline, before
+// the server can expire the lease, so a grant that finds the session alive
+// after its linearizable read has returned holds at that moment too. The
+// wait's own cancellation by the session's end comes a goroutine later;
+// this check does not wait for it. A Semaphore's hold that waited tells
+// the waiter behind it (see promote), without delaying the grant.
+func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr *pb.ResponseHeader, waited bool) (*hold, *pb.ResponseHeader, error) {
+	err := ctx.Err()
 	if s.life.Err() != nil {
-		s.unuse(ctx, key, rev, deleteNow)
-		return nil, nil, context.Cause(s.life)
+		err = context.Cause(s.life)
 	}
-	return newHold(s, key, rev, hdr.Revision), hdr, nil
+	if err != nil {
+		s.unuse(ctx, key, rev, deleteNow)
+		return nil, nil, err
+	}
+	h := newHold(s, key, rev, hdr.Revision)
+	if waited && r.limit > 1 {
+		h.promote()
+	}
+	return h, hdr, nil
 }
 
 // queued is where enqueue left a key in its queue.
 type queued struct {
-	rev   int64              // the key's create revision
-	holds bool               // fewer than limit keys of over are older: the key holds
-	next  target             // what to wait for, when known and the key does not hold
-	err   error              // the rule's check refused the older keys
-	ahead int64              // keys of over older than the key when it was created; -1 if it existed
-	hdr   *pb.ResponseHeader // of the transaction
+	rev     int64              // the key's create revision
+	holds   bool               // fewer than limit keys of over are older: the key holds
+	next    target             // what to wait for, when known and the key does not hold
+	err     error              // the rule refused the key; if written is false, nothing was written
+	written bool               // the key was created by this enqueue
+	adopted bool               // the key was there already: to be judged before use
+	ahead   int64              // keys of over older than the key when it was created; -1 if unknown
+	hdr     *pb.ResponseHeader // of the transaction
+}
+
+// enqueueSettle bounds how long an enqueue whose caller has given up is
+// still awaited, so that its outcome is known and its key deleted by
+// revision; past it, the key is suspect (see Session.suspect).
+const enqueueSettle = 10 * time.Second
+
+// settleGrace is how long a call whose ctx has ended still waits for its
+// enqueue's answer before it returns and leaves the rest to the
+// background.
+const settleGrace = time.Second
+
+// settledEnqueue is enqueue on a context that the caller's cannot cancel:
+// a put that the caller gives up on may still be applied by etcd, so it is
+// awaited in the background (for enqueueSettle at most) and its key is
+// deleted by revision once written. When ctx ends, it returns ctx.Err()
+// after waiting up to settleGrace for the enqueue's answer, so that in the
+// usual case the key is deleted before it returns. On every error, the key
+// has been handed back to the session: once the enqueue has settled, it is
+// deleted if it was written; if the outcome stays unknown, it is deleted by
+// lease now and again while it may still be applied (see Session.suspect).
+func settledEnqueue(ctx context.Context, s *Session, r rule, key, val string, update bool) (queued, error) {
+	if !s.startSettling() {
+		s.unuse(ctx, key, 0, keep)
+		return queued{}, context.Cause(s.life)
+	}
+	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopLife := context.AfterFunc(s.life, cancel) // a gone lease deletes the key anyway
+	p := &pendingEnqueue{ready: make(chan struct{})}
+	go func() {
+		defer s.settling.Done()
+		defer stopLife()
+		defer cancel()
+		q, err := enqueue(ectx, s, r, key, val, update)
+		p.mu.Lock()
+		p.q, p.err = q, err
+		abandoned := p.abandoned
+		close(p.ready)
+		p.mu.Unlock()
+		if abandoned {
+			settle(ctx, s, key, q, err)
+		}
+	}()
+	select {
+	case <-p.ready:
+	case <-ctx.Done():
+		// Most enqueues answer within milliseconds: wait that long, so
+		// that the key is gone when the call returns, as it is after a
+		// wait that ends. Past settleGrace, return and settle later.
+		t := time.NewTimer(settleGrace)
+		select {
+		case <-p.ready:
+		case <-t.C:
+		}
+		t.Stop()
+		p.mu.Lock()
+		select {
+		case <-p.ready:
+			p.mu.Unlock()
+		default:
+			p.abandoned = true
+			p.mu.Unlock()
+			time.AfterFunc(enqueueSettle, cancel)
+			return queued{}, ctx.Err()
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		settle(ctx, s, key, p.q, p.err)
+		return queued{}, err
+	}
+	if p.err != nil {
+		settle(ctx, s, key, p.q, p.err)
+		if s.life.Err() != nil {
+			// The session's end cuts the enqueue short (see stopLife),
+			// and is the better reason.
+			return queued{}, context.Cause(s.life)
+		}
+		return queued{}, p.err
+	}
+	return p.q, nil
+}
+
+// pendingEnqueue is an enqueue running in the background for
+// settledEnqueue.
+type pendingEnqueue struct {
+	ready     chan struct{} // closed once q and err are set
+	mu        sync.Mutex    // guards q, err and abandoned
+	q         queued
+	err       error
+	abandoned bool // the caller gave up: the enqueue's goroutine settles
+}
+
+// settle hands back to the session a key whose enqueue ended with q and
+// err but will not be used: it deletes the key if the enqueue wrote it
+// (by revision) or may have (by lease, now and while a late write may
+// still land), and leaves a key it found (another user of the session may
+// hold it) or that it did not write.
+func settle(ctx context.Context, s *Session, key string, q queued, err error) {
+	switch {
+	case s.life.Err() != nil && err != nil:
+		s.unuse(ctx, key, 0, keep) // the key, if written, goes with the lease
+	case errors.Is(err, ErrLeaseNotFound):
+		s.unuse(ctx, key, 0, keep) // refused whole: nothing was written
+	case err != nil:
+		s.suspect(key)
+		s.unuse(ctx, key, 0, deleteNow)
+	case q.written:
+		s.unuse(ctx, key, q.rev, deleteNow)
+	case q.adopted:
+		s.unuse(ctx, key, q.rev, deleteNow)
+	default:
+		s.unuse(ctx, key, 0, keep) // the guard refused it: nothing was written
+	}
 }
 
 // enqueue puts key with value val on the session's lease at the end of the
 // queue of r, unless the session has it already, in which case it keeps
-// the key's place and sets its value to val if it differs. It takes one
-// transaction, which also reads what decides whether the key holds: when
-// the key is created it is the newest, so the newest limit+1 keys of over
-// are what counts; when it exists, the oldest limit keys of over tell.
+// the key's place (adopted: the caller judges it) and, with update, sets
+// its value to val if it differs. It takes one transaction. A new key is
+// written only if r's guard allows it; the transaction also reads the
+// newest limit+1 keys of over older than it, which decide whether it holds
+// (it is the newest key, so nothing can come between).
 //
 // Mutex.Lock and TryLock enqueue with update false: a lock key's value is
 // left as it is (etcd's Mutex writes "", etcdlock a description of its
@@ -179,18 +319,18 @@ type queued struct {
 // A lease that no longer exists gives an error matching ErrSessionExpired
 // and ErrLeaseNotFound, and ends the session's life.
 func enqueue(ctx context.Context, s *Session, r rule, key, val string, update bool) (queued, error) {
-	newest := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(r.limit) + 1)}
-	oldest := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(r.limit))}
-	orElse := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(r.over, oldest...)}
+	// limit+2: the key itself, when it is in over, and limit+1 older keys.
+	newest := clientv3.OpGet(r.over, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(r.limit)+2))
+	then := []clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id)), newest}
+	if r.guard != nil {
+		then = []clientv3.Op{r.guard(then, r.refused)}
+	}
+	orElse := []clientv3.Op{clientv3.OpGet(key)}
 	if update {
 		orElse = append(orElse, clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "!=", val)},
 			[]clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id))},
 			nil))
-	}
-	then := []clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id)), clientv3.OpGet(r.over, newest...)}
-	if r.foreign != "" {
-		then = append(then, clientv3.OpGet(r.pfx, clientv3.WithRange(r.foreign), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
 	}
 	resp, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -204,47 +344,60 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string, update bo
 		return queued{}, err
 	}
 	q := queued{hdr: resp.Header, ahead: -1}
-	if resp.Succeeded {
-		// Every key but this one is older: it was created last.
-		q.rev = resp.Header.Revision
-		q.ahead = resp.Responses[1].GetResponseRange().Count
-		if strings.HasPrefix(key, r.over) {
-			q.ahead-- // the key itself
-		}
-		var older []*mvccpb.KeyValue
-		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-			if kv.CreateRevision != q.rev {
-				older = append(older, kv)
-			}
-		}
-		q.holds, q.next = r.judge(older, q.rev)
-		if r.check != nil {
-			q.err = r.check(older)
-		}
-		if r.foreign != "" {
-			if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 && q.err == nil {
-				q.err = fmt.Errorf("%w: %q", ErrLockKind, kvs[0].Key)
-			}
-		}
+	if !resp.Succeeded {
+		q.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+		q.adopted = true
 		return q, nil
 	}
-	q.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
-	n := 0
-	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		if kv.CreateRevision < q.rev {
-			n++
+	rs := resp.Responses
+	if r.guard != nil {
+		var ok bool
+		if ok, rs = unnest(rs); !ok {
+			q.err = r.refuse(rs)
+			return q, nil
 		}
 	}
-	// The wait reads which key to wait for.
-	q.holds = n < r.limit
+	// Every key but this one is older: it was created last.
+	q.rev, q.written = resp.Header.Revision, true
+	q.ahead = rs[1].GetResponseRange().Count
+	var older []*mvccpb.KeyValue
+	for _, kv := range rs[1].GetResponseRange().Kvs {
+		if kv.CreateRevision != q.rev && len(older) <= r.limit {
+			older = append(older, kv)
+		}
+	}
+	if strings.HasPrefix(key, r.over) {
+		q.ahead-- // the key itself
+	}
+	q.holds, q.next = r.judge(older)
+	if r.check != nil {
+		q.err = r.check(older)
+	}
 	return q, nil
 }
 
-// judge says, from the newest keys of over older than a key created at
-// rev (newest first, at most limit+1 of them), whether the key holds, and
-// if not what it waits for: the newest older key or, when exactly limit
-// keys are older and limit > 1, any deletion in over (see target).
-func (r rule) judge(older []*mvccpb.KeyValue, rev int64) (holds bool, next target) {
+// unnest follows the responses of a guard's nested transactions to the
+// branch that applied: it returns the responses of then and true, or those
+// of refused and false.
+func unnest(rs []*pb.ResponseOp) (bool, []*pb.ResponseOp) {
+	for len(rs) == 1 {
+		t := rs[0].GetResponseTxn()
+		if t == nil {
+			break
+		}
+		if t.Succeeded {
+			return true, t.Responses
+		}
+		rs = t.Responses
+	}
+	return false, rs
+}
+
+// judge says, from the newest keys of over older than a key (newest first,
+// at most limit+1 of them), whether the key holds, and if not what it
+// waits for: the newest older key or, when exactly limit keys are older
+// and limit > 1, any deletion in over (see target).
+func (r rule) judge(older []*mvccpb.KeyValue) (holds bool, next target) {
 	switch {
 	case len(older) < r.limit:
 		return true, target{}
@@ -255,20 +408,51 @@ func (r rule) judge(older []*mvccpb.KeyValue, rev int64) (holds bool, next targe
 	}
 }
 
-// promote tells the waiter behind key, which watches it (see target), that
-// key now holds after a wait, by giving key a new revision without
-// changing its value or lease: with limit > 1 that waiter may now be the
-// first, whose turn comes with any holder's deletion rather than with
-// key's. It is a hint: if it fails, that waiter still moves up when key is
-// deleted, and every waiter re-reads the queue before it holds.
-func promote(ctx context.Context, s *Session, key string, rev int64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	retry(ctx, func() error {
-		_, err := s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).
-			Commit()
-		return err
-	})
+// judgement is what judge read of a key's place.
+type judgement struct {
+	holds   bool
+	next    target             // what to wait for, if the key does not hold
+	hdr     *pb.ResponseHeader // of the read
+	readRev int64              // the revision the read saw
+}
+
+// judge reads linearizably, in one transaction, key and the keys older
+// than it that r counts, and says whether key, created at rev, holds. A
+// linearizable read reflects every write the cluster had applied when the
+// read began, so a key it shows holding has not been deleted by then,
+// whichever member answers (a serializable read of a member that lags
+// could show a key that the leader has already deleted, and so grant it
+// beside the next holder). It returns an error matching ErrSessionExpired
+// if the key is gone or was replaced, and r's check's error if the older
+// keys refuse it.
+func judge(ctx context.Context, s *Session, r rule, key string, rev int64) (judgement, error) {
+	older := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+		clientv3.WithLimit(int64(r.limit) + 1), clientv3.WithMaxCreateRev(rev - 1)}
+	ops := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(r.over, older...)}
+	if r.foreign != "" {
+		ops = append(ops, clientv3.OpGet(r.pfx, clientv3.WithRange(r.foreign), clientv3.WithMaxCreateRev(rev-1), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
+	}
+	resp, err := s.client.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return judgement{}, err
+	}
+	own := resp.Responses[0].GetResponseRange().Kvs
+	if len(own) == 0 || own[0].CreateRevision != rev {
+		s.check()
+		return judgement{}, fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key)
+	}
+	kvs := resp.Responses[1].GetResponseRange().Kvs
+	if r.check != nil {
+		if err := r.check(kvs); err != nil {
+			return judgement{}, err
+		}
+	}
+	if r.foreign != "" {
+		if f := resp.Responses[2].GetResponseRange().Kvs; len(f) > 0 {
+			return judgement{}, fmt.Errorf("%w: %q", ErrLockKind, f[0].Key)
+		}
+	}
+	j := judgement{hdr: resp.Header, readRev: resp.Header.Revision}
+	j.holds, j.next = r.judge(kvs)
+	return j, nil
 }

@@ -22,14 +22,16 @@ const firstRetry = 20 * time.Millisecond
 // transient reports whether err is a failure of the cluster or of the
 // connection that a later attempt may not meet: the member has no leader,
 // the leader changed, the request timed out on the server, the connection
-// failed or was reset (all gRPC Unavailable). Context errors, refusals
-// (lease not found, permission denied, compaction) and everything else are
-// not transient.
+// failed or was reset (all gRPC Unavailable), or the server is too busy
+// for now ("too many requests", ResourceExhausted: waiting is what fixes
+// it). Context errors, refusals (lease not found, permission denied,
+// compaction) and everything else are not transient.
 func transient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	return grpcCode(err) == codes.Unavailable
+	c := grpcCode(err)
+	return c == codes.Unavailable || c == codes.ResourceExhausted
 }
 
 // grpcCode is the gRPC code of err: etcd's own errors carry theirs, others
@@ -42,21 +44,42 @@ func grpcCode(err error) codes.Code {
 	return status.Code(err)
 }
 
+// backoff is a wait between attempts that doubles from firstRetry up to
+// retryInterval, until reset. The zero value is ready to use.
+type backoff struct{ d time.Duration }
+
+// sleep waits for the current backoff or for ctx to end, reports whether
+// the wait passed, and doubles the next one.
+func (b *backoff) sleep(ctx context.Context) bool {
+	if b.d == 0 {
+		b.d = firstRetry
+	}
+	ok := sleepCtx(ctx, b.d)
+	b.d = min(2*b.d, retryInterval)
+	return ok
+}
+
+// reset makes the next wait firstRetry again. A nil b is left alone.
+func (b *backoff) reset() {
+	if b != nil {
+		b.d = 0
+	}
+}
+
 // retry calls op until it returns an error that is not transient (nil
 // included) or ctx ends, waiting firstRetry, then twice as long each time
 // up to retryInterval, between attempts. It returns op's last error, or
 // ctx's error joined with it when ctx ended first. op must be idempotent.
 func retry(ctx context.Context, op func() error) error {
-	wait := firstRetry
+	var b backoff
 	for {
 		err := op()
 		if !transient(err) {
 			return err
 		}
-		if !sleepCtx(ctx, wait) {
+		if !b.sleep(ctx) {
 			return errors.Join(ctx.Err(), err)
 		}
-		wait = min(2*wait, retryInterval)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -39,7 +40,7 @@ type RWMutex struct {
 func NewRWMutex(s *Session, pfx string) *RWMutex {
 	m := &RWMutex{holder: newHolder(s, pfx)}
 	if s != nil {
-		m.id = fmt.Sprintf("%x-%x", int64(s.Lease()), keySeq.Add(1))
+		m.id = fmt.Sprintf("%x-%x", int64(s.Lease()), valueID())
 	}
 	return m
 }
@@ -62,6 +63,24 @@ func (m *RWMutex) rule(write bool) rule {
 			}
 		}
 		return nil
+	}
+	// No key of the name outside its readers and writers: the three ranges
+	// around "r/" and "w/" are empty.
+	others := [][2]string{{m.pfx, m.pfx + "r/"}, {m.pfx + "r0", m.pfx + "w/"}, {m.pfx + "w0", clientv3.GetPrefixRangeEnd(m.pfx)}}
+	var empty []clientv3.Cmp
+	r.refused = nil
+	for _, o := range others {
+		empty = append(empty, clientv3.Compare(clientv3.CreateRevision(o[0]), "=", 0).WithRange(o[1]))
+		r.refused = append(r.refused, clientv3.OpGet(o[0], clientv3.WithRange(o[1]), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
+	}
+	r.guard = func(then, refused []clientv3.Op) clientv3.Op { return clientv3.OpTxn(empty, then, refused) }
+	r.refuse = func(rs []*pb.ResponseOp) error {
+		for _, r := range rs {
+			if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+				return fmt.Errorf("%w: %q is not an RWMutex's key", ErrLockKind, kvs[0].Key)
+			}
+		}
+		return fmt.Errorf("%w: a key of %q is not an RWMutex's", ErrLockKind, m.pfx)
 	}
 	return r
 }

@@ -2,10 +2,11 @@ package concurrency
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"regexp"
 	"strconv"
-	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -24,13 +25,19 @@ import (
 // Each Semaphore value holds at most one permit, under a key of its own:
 // several Semaphores on one session (a worker pool sharing a lease) hold
 // one permit each. The key is the name, "/", the session's lease ID and a
-// number unique in the process, in hex; its value is the limit.
+// random 64-bit number, in hex, so that values on one lease are told apart
+// even across processes that share the lease (WithLease); its value is the
+// limit.
 //
 // The limit is agreed in etcd: every key of the name carries it, and a key
-// is refused (ErrLimitMismatch) unless the limit of the keys older than it
-// is its own, so all the keys of a name have the limit of its oldest one.
-// Nothing else records it, so nothing is left to clean up: the limit is
-// forgotten when the last key goes, and the next user sets it anew.
+// is written only if every key of the name has the same limit (one
+// transaction compares them all), so all the keys of a name have the limit
+// of its oldest one. A Semaphore with another limit, or another kind of
+// lock's key under the name, is refused (ErrLimitMismatch, ErrLockKind)
+// without writing anything, so a misconfigured client never stands in the
+// way of the name's rightful users. Nothing else records the limit, so
+// nothing is left to clean up: it is forgotten when the last key goes, and
+// the next user sets it anew.
 //
 // A Semaphore is safe for use by several goroutines, which it excludes as a
 // Mutex does.
@@ -40,9 +47,17 @@ type Semaphore struct {
 	limit int
 }
 
-// keySeq numbers the keys of Semaphores and RWMutexes, which are unique to
-// each value rather than to each session.
-var keySeq atomic.Uint64
+// valueID is the part after the lease ID of the keys of Semaphores and
+// RWMutexes, which are unique to each value rather than to each session: a
+// random 64-bit number, so that processes sharing a lease cannot pick the
+// same one (a counter in each process would).
+func valueID() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("concurrency: reading random bytes: " + err.Error())
+	}
+	return binary.BigEndian.Uint64(b[:])
+}
 
 // NewSemaphore returns a Semaphore with limit permits named pfx on session
 // s. It does not talk to etcd. A nil session, an empty name or a limit of
@@ -51,7 +66,7 @@ var keySeq atomic.Uint64
 func NewSemaphore(s *Session, pfx string, limit int) *Semaphore {
 	m := &Semaphore{holder: newHolder(s, pfx), limit: limit}
 	if s != nil {
-		m.key = fmt.Sprintf("%s%x-%x", m.pfx, int64(s.Lease()), keySeq.Add(1))
+		m.key = fmt.Sprintf("%s%x-%x", m.pfx, int64(s.Lease()), valueID())
 	}
 	return m
 }
@@ -63,18 +78,45 @@ func (m *Semaphore) rule() rule {
 	r := mutexRule(m.pfx)
 	r.kind = kindSemaphore
 	r.limit = m.limit
+	lim := strconv.Itoa(m.limit)
 	r.check = func(older []*mvccpb.KeyValue) error {
 		for _, kv := range older {
-			if !semKey.MatchString(string(kv.Key[len(m.pfx):])) {
-				return fmt.Errorf("%w: %q is not a semaphore's key", ErrLockKind, kv.Key)
-			}
-			if string(kv.Value) != strconv.Itoa(m.limit) {
-				return fmt.Errorf("%w: %q has limit %q, this Semaphore %d", ErrLimitMismatch, kv.Key, kv.Value, m.limit)
+			if err := m.refuseKey(kv); err != nil {
+				return err
 			}
 		}
 		return nil
 	}
+	// Every key of the name has this limit, or there is none. (etcd fails
+	// a value comparison over a range that holds no key, hence the second
+	// transaction for the empty name.)
+	r.guard = func(then, refused []clientv3.Op) clientv3.Op {
+		empty := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Version(m.pfx), "=", 0).WithPrefix()}, then, refused)
+		return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(m.pfx), "=", lim).WithPrefix()}, then, []clientv3.Op{empty})
+	}
+	r.refused = []clientv3.Op{clientv3.OpGet(m.pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))}
+	r.refuse = func(rs []*pb.ResponseOp) error {
+		if kvs := rs[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			if err := m.refuseKey(kvs[0]); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("%w: a key of %q has another limit than %d, or is another kind of lock's", ErrLockKind, m.pfx, m.limit)
+	}
 	return r
+}
+
+// refuseKey is the error of a key of the name that this Semaphore cannot
+// share the name with: another kind of lock's, or another limit's; nil if
+// none.
+func (m *Semaphore) refuseKey(kv *mvccpb.KeyValue) error {
+	if !semKey.MatchString(string(kv.Key[len(m.pfx):])) {
+		return fmt.Errorf("%w: %q is not a semaphore's key", ErrLockKind, kv.Key)
+	}
+	if string(kv.Value) != strconv.Itoa(m.limit) {
+		return fmt.Errorf("%w: %q has limit %q, this Semaphore %d", ErrLimitMismatch, kv.Key, kv.Value, m.limit)
+	}
+	return nil
 }
 
 func (m *Semaphore) valid() error {

@@ -46,12 +46,14 @@ type Session struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	done   sync.WaitGroup // the keepalive and cleanup goroutines
-	checkc chan struct{}  // asks the keepalive goroutine to renew (and so check) the lease now
-	sweepc chan struct{}  // asks the cleanup goroutine to delete leftover keys
+	done     sync.WaitGroup // the keepalive and cleanup goroutines
+	settling sync.WaitGroup // enqueues awaited in the background (see settledEnqueue)
+	checkc   chan struct{}  // asks the keepalive goroutine to renew (and so check) the lease now
+	sweepc   chan struct{}  // asks the cleanup goroutine to delete leftover keys
 
-	mu       sync.Mutex // guards deadline and keys
+	mu       sync.Mutex // guards deadline, keys and closing
 	deadline time.Time
+	closing  bool                 // Close has begun: no enqueue starts in the background
 	keys     map[string]*keyState // lock keys this session uses or must clean up
 
 	ins *instruments // metrics and tracer; nil without (see metrics.go)
@@ -204,6 +206,10 @@ func (s *Session) Orphan() {
 func (s *Session) Close() error {
 	s.endLife(fmt.Errorf("%w: session closed", ErrSessionExpired))
 	s.Orphan()
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	s.settling.Wait() // ended with the session's life: the revoke deletes their keys
 	if s.ttl == 0 {
 		return nil // WithLease on a missing lease: nothing to revoke
 	}
@@ -305,6 +311,19 @@ func (s *Session) check() {
 	case s.checkc <- struct{}{}:
 	default:
 	}
+}
+
+// startSettling counts an enqueue that may be awaited in the background
+// (see settledEnqueue), unless Close has begun; the enqueue's goroutine
+// calls s.settling.Done.
+func (s *Session) startSettling() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.settling.Add(1)
+	return true
 }
 
 // leaseGone ends the session's life after etcd refused a write because the
@@ -435,6 +454,7 @@ func (s *Session) suspect(key string) {
 	if k := s.keys[key]; k != nil {
 		k.suspect = time.Now().Add(max(lateApplyWindow, s.ttl))
 	}
+	s.kickSweeper()
 }
 
 // kickSweeper asks the cleanup goroutine to run. It never blocks.
@@ -445,29 +465,42 @@ func (s *Session) kickSweeper() {
 	}
 }
 
-// sweeper is the cleanup goroutine: after each renewal, and when asked, it
-// deletes the keys whose cleanup failed and the suspect keys nobody uses,
-// until the session ends or is orphaned.
+// suspectSweep is how often the cleanup goroutine deletes suspect keys
+// again while any is suspect, so that a late-applied enqueue leaves its
+// key for about that long, whatever the TTL.
+const suspectSweep = time.Second
+
+// sweeper is the cleanup goroutine: after each renewal, when asked, and
+// every suspectSweep while a key is suspect, it deletes the keys whose
+// cleanup failed and the suspect keys nobody uses, until the session ends
+// or is orphaned.
 func (s *Session) sweeper() {
 	defer s.done.Done()
+	tick := time.NewTimer(suspectSweep)
+	defer tick.Stop()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-s.sweepc:
+		case <-tick.C:
 		}
-		s.sweep()
+		if s.sweep() {
+			tick.Reset(suspectSweep)
+		}
 	}
 }
 
 // sweep deletes, one at a time, each unused key that is stale or suspect.
 // It stops at the first failure: the next renewal tries again. A suspect
-// key is deleted by lease, and stays suspect until its window passes.
-func (s *Session) sweep() {
+// key is deleted by lease, and stays suspect until its window passes. It
+// reports whether a key is still suspect.
+func (s *Session) sweep() (suspects bool) {
 	now := time.Now()
 	s.mu.Lock()
 	var keys []string
 	for key, k := range s.keys {
+		suspects = suspects || now.Before(k.suspect)
 		if k.users <= 0 && (k.stale || now.Before(k.suspect)) {
 			keys = append(keys, key)
 		} else {
@@ -485,9 +518,10 @@ func (s *Session) sweep() {
 		cancel()
 		s.deleted(key, rev, err)
 		if err != nil {
-			return
+			return suspects
 		}
 	}
+	return suspects
 }
 
 // startSweep marks key as being deleted by sweep, if it still needs to be,

@@ -27,21 +27,12 @@ import (
 // whether anything could have happened between the read and the watch, and
 // only then is the key read again.
 //
-// When the predecessor's deletion arrives as a watch event at revision R,
-// the re-check is a serializable read answered by the waiter's own member
-// without a trip to the leader: the older keys at R, and the waiter's own
-// key at the member's newest revision H >= R, in one read view. The key
-// space at revision R is the same, forever, on every member, and a key
-// older than the waiter's can only disappear after R, never appear (new
-// keys get newer create revisions). So "no older key at R, and my key
-// present at H" proves the waiter first at H, which the returned header
-// says, until its own key is deleted: what a linearizable read proves, as
-// of the newest revision the member has applied. A member that has not
-// applied R yet (future revision) or has compacted it gets a linearizable
-// read instead. Each handoff then costs the previous holder's delete and a
-// local read. (The waiter's member may lag the leader; the session's
-// conservative deadline still ends the session before its lease can
-// expire, as with any read.)
+// After each wake-up the waiter judges its place again with one
+// linearizable read (judge, in queue.go): its own key and the older keys
+// that count. The read that decides a grant is never a serializable one:
+// a member that lags could still show the waiter's key after it was
+// deleted at the leader (its lease revoked, a force-unlock), and grant it
+// beside the next waiter (issue 21).
 
 // target is what a waiter waits for: the deletion of one key (the newest
 // older key that counts against it), or also a new value of that key (when
@@ -68,87 +59,42 @@ type target struct {
 // (etcd's package also kept waiting). It leaves key in place: the caller
 // cleans up.
 func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64, next target, seenRev int64) (*pb.ResponseHeader, error) {
-	wait := firstRetry
+	var b backoff  // between failed reads
+	var wb backoff // between watches that failed
 	// behind: the last range watch found the server past the read; the next
 	// one starts from the read, so that a busy name cannot keep it reading.
 	behind := false
 	for {
-		var at int64 // the revision of the event that ended the wait, 0 if unknown
 		var err error
 		switch {
 		case next.over != "":
-			at, err = waitRange(ctx, s.client, next.over, seenRev, behind)
+			var at int64
+			at, err = waitRange(ctx, s.client, next.over, seenRev, behind, &wb)
 			behind = at == 0
 		case next.key != "":
-			at, err = waitDelete(ctx, s.client, next, seenRev)
+			_, err = waitDelete(ctx, s.client, next, seenRev, &wb)
 		}
 		if err != nil {
 			return nil, err
 		}
-		resp, readRev, err := recheck(ctx, s.client, r, key, rev, at)
+		j, err := judge(ctx, s, r, key, rev)
 		if transient(err) {
-			if !sleepCtx(ctx, wait) {
+			if !b.sleep(ctx) {
 				return nil, ctx.Err()
 			}
-			wait = min(2*wait, retryInterval)
 			next = target{} // read again, at once
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		wait = firstRetry
-		own := resp.Responses[0].GetResponseRange().Kvs
-		if len(own) == 0 || own[0].CreateRevision != rev {
-			s.check()
-			return nil, fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key)
+		b.reset()
+		if j.holds {
+			return j.hdr, nil
 		}
-		older := resp.Responses[1].GetResponseRange().Kvs
-		if r.check != nil {
-			if err := r.check(older); err != nil {
-				return nil, err
-			}
-		}
-		var holds bool
-		if holds, next = r.judge(older, rev); holds {
-			return resp.Header, nil
-		}
-		// What the read showed is the key space at readRev: wait for what
-		// happened after it, even if the member has moved on.
-		seenRev = readRev
-	}
-}
-
-// recheck reads, in one transaction, key and the newest limit+1 keys of
-// over older than rev. If at > 0 it reads serializably (see the top of
-// this file): the older keys at revision at, and key at the member's
-// newest revision, the header's, which is at least at; it falls back to a
-// linearizable read if the member cannot answer at at. If at is 0 it reads
-// linearizably. It returns the revision the older keys were read at: at,
-// or the header's revision.
-func recheck(ctx context.Context, client *clientv3.Client, r rule, key string, rev, at int64) (*clientv3.TxnResponse, int64, error) {
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-		clientv3.WithLimit(int64(r.limit) + 1), clientv3.WithMaxCreateRev(rev - 1)}
-	if at > 0 && at < rev {
-		at = 0 // cannot be: a deletion the key's own read had seen
-	}
-	var own []clientv3.OpOption
-	if at > 0 {
-		// The older keys at at, the key itself at the member's newest
-		// revision (one read view, so no older than at).
-		own = []clientv3.OpOption{clientv3.WithSerializable()}
-		opts = append(opts, clientv3.WithRev(at), clientv3.WithSerializable())
-	}
-	resp, err := client.Txn(ctx).Then(clientv3.OpGet(key, own...), clientv3.OpGet(r.over, opts...)).Commit()
-	switch {
-	case at > 0 && (errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted)):
-		return recheck(ctx, client, r, key, rev, 0)
-	case err != nil:
-		return nil, 0, err
-	case at > 0:
-		return resp, at, nil
-	default:
-		return resp, resp.Header.Revision, nil
+		// What the read showed is the key space at its revision: wait for
+		// what happened after it.
+		next, seenRev = j.next, j.readRev
 	}
 }
 
@@ -160,10 +106,9 @@ func recheck(ctx context.Context, client *clientv3.Client, r rule, key string, r
 // that waiting cannot fix. After compaction (the watch could not resume), a
 // member without a leader, or a lost connection, it reads the key again,
 // retrying while etcd does not answer, and watches anew.
-func waitDelete(ctx context.Context, client *clientv3.Client, t target, seenRev int64) (int64, error) {
-	wait := firstRetry
+func waitDelete(ctx context.Context, client *clientv3.Client, t target, seenRev int64, b *backoff) (int64, error) {
 	for {
-		at, err := watchDelete(ctx, client, t, seenRev)
+		at, err := watchDelete(ctx, client, t, seenRev, b)
 		if err == nil || ctx.Err() != nil {
 			return at, ctx.Err()
 		}
@@ -171,10 +116,11 @@ func waitDelete(ctx context.Context, client *clientv3.Client, t target, seenRev 
 			if !transient(err) && !errors.Is(err, errWatchClosed) {
 				return 0, err
 			}
-			if !sleepCtx(ctx, wait) {
+			// Grows while watches keep failing; a watch that starts
+			// resets it.
+			if !b.sleep(ctx) {
 				return 0, ctx.Err()
 			}
-			wait = min(2*wait, retryInterval)
 		}
 		resp, err := client.Get(ctx, t.key)
 		if transient(err) {
@@ -186,7 +132,7 @@ func waitDelete(ctx context.Context, client *clientv3.Client, t target, seenRev 
 		if t.changed(resp.Kvs) {
 			return 0, nil
 		}
-		seenRev, wait = resp.Header.Revision, firstRetry
+		seenRev = resp.Header.Revision
 	}
 }
 
@@ -198,12 +144,12 @@ func (t target) changed(kvs []*mvccpb.KeyValue) bool {
 
 // watchDelete is one watch of waitDelete, from the server's current
 // revision.
-func watchDelete(ctx context.Context, client *clientv3.Client, t target, seenRev int64) (at int64, err error) {
+func watchDelete(ctx context.Context, client *clientv3.Client, t target, seenRev int64, b *backoff) (at int64, err error) {
 	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
 	if !t.onPut {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	err = watchUntil(ctx, client, t.key, func(wr clientv3.WatchResponse) (bool, error) {
+	err = watchUntil(ctx, client, t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if wr.Created && wr.Header.Revision > seenRev {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
@@ -237,13 +183,13 @@ func watchDelete(ctx context.Context, client *clientv3.Client, t target, seenRev
 // first kind returns 0 at once, for the caller to read again and then
 // watch from what it read. It returns ctx.Err() when ctx ends, and the
 // error when watching fails for a reason that waiting cannot fix.
-func waitRange(ctx context.Context, client *clientv3.Client, over string, seenRev int64, fromSeen bool) (int64, error) {
+func waitRange(ctx context.Context, client *clientv3.Client, over string, seenRev int64, fromSeen bool, b *backoff) (int64, error) {
 	var at int64
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
 	if fromSeen {
 		opts = append(opts, clientv3.WithRev(seenRev+1))
 	}
-	err := watchUntil(ctx, client, over, func(wr clientv3.WatchResponse) (bool, error) {
+	err := watchUntil(ctx, client, over, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if wr.Created && !fromSeen && wr.Header.Revision > seenRev {
 			return true, nil
 		}
@@ -261,7 +207,7 @@ func waitRange(ctx context.Context, client *clientv3.Client, over string, seenRe
 	case err == nil || ctx.Err() != nil:
 		return at, ctx.Err()
 	case errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, errWatchClosed) || transient(err):
-		if errors.Is(err, rpctypes.ErrCompacted) || sleepCtx(ctx, firstRetry) {
+		if errors.Is(err, rpctypes.ErrCompacted) || b.sleep(ctx) {
 			return 0, nil
 		}
 		return 0, ctx.Err()
@@ -275,12 +221,16 @@ func waitRange(ctx context.Context, client *clientv3.Client, over string, seenRe
 // fn's error, or the error that ended the watch (compaction, no leader,
 // lost connection, ctx). The watch requires a leader: on a member without
 // one it ends with an error instead of waiting for events that never come.
-func watchUntil(ctx context.Context, client *clientv3.Client, key string, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
+// A watch that starts resets b, the backoff between failed watches.
+func watchUntil(ctx context.Context, client *clientv3.Client, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for wr := range client.Watch(wctx, key, opts...) {
 		if err := wr.Err(); err != nil {
 			return err
+		}
+		if wr.Created {
+			b.reset()
 		}
 		if done, err := fn(wr); done || err != nil {
 			return err
