@@ -86,7 +86,7 @@ func TestFaults(t *testing.T) {
 		procs:     *flagProcs,
 		clients:   *flagClients,
 		ttl:       *flagTTL,
-		workloads: []string{"txn", "fence", "unguarded", "election", "lead", "semaphore", "rwmutex"},
+		workloads: []string{"txn", "fence", "unguarded", "election", "lead", "semaphore", "rwmutex", "cancel"},
 		faults:    allFaults,
 	}
 	res := runWith(t, pfx, cfg)
@@ -131,7 +131,7 @@ func TestOldServer(t *testing.T) {
 		procs:     3,
 		clients:   2,
 		ttl:       *flagTTL,
-		workloads: []string{"txn", "fence", "election"},
+		workloads: []string{"txn", "fence", "election", "semaphore", "rwmutex"},
 		faults:    faultsNamed(t, "kill -9 leader + restart", "SIGSTOP client process > TTL"),
 	})
 	if !strings.HasPrefix(res.version, "3.4.") {

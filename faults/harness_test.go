@@ -392,6 +392,8 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 			}
 		case "rwmutex":
 			hc.CheckCounter(rep, byWorkload[wl], r.counter(ctx, "/rw/counter", "/rw/ops/"))
+		case "cancel":
+			hc.CheckCounter(rep, byWorkload[wl], r.counter(ctx, "/cancel/counter", "/cancel/ops/"))
 		case "fence":
 			hc.CheckStore(rep, byWorkload[wl], log, "fenced", wl, true)
 		case "unguarded":

@@ -43,6 +43,7 @@ var allFaults = []fault{
 	{"proxy blackhole (client partitioned > TTL)", proxyFault("blackhole"), ttlPlus(3)},
 	{"SIGSTOP client process > TTL", pauseClient, ttlPlus(3)},
 	{"lease revoke from outside", revokeLease, secs(1)},
+	{"waiter's lease revoked or key deleted", disturbWaiter, secs(1)},
 	{"compaction + defrag with waiters", compactDefrag, secs(4)},
 	{"full cluster restart", restartCluster, secs(12)},
 }
@@ -255,6 +256,37 @@ func revokeLease(ctx context.Context, r *run, round int) (string, error) {
 	defer cancel()
 	_, err := r.ctl.Revoke(rctx, clientv3.LeaseID(kv.Lease))
 	return fmt.Sprintf("lease %x of %s holder (%v)", kv.Lease, wl, err), nil
+}
+
+// disturbWaiter takes a waiter out of a queue from outside, as an
+// operator might: every other round it revokes the waiter's lease, else it
+// deletes the waiter's key (etcdlock force-unlock). The waiter must learn
+// it and never hold, and the one behind it must not be granted beside the
+// holder.
+func disturbWaiter(ctx context.Context, r *run, round int) (string, error) {
+	wl := r.rotate(round, "txn")
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// The first waiter: after the holders (limit of them for a semaphore).
+	i := 1
+	if wl == "semaphore" {
+		i = semLimit
+	}
+	resp, err := r.ctl.Get(gctx, r.pfx+"/lock/"+wl+"/", clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(i+1)))
+	if err != nil || len(resp.Kvs) <= i {
+		return "no " + wl + " waiter", nil
+	}
+	kv := resp.Kvs[i]
+	if round%2 == 0 {
+		_, err = r.ctl.Revoke(gctx, clientv3.LeaseID(kv.Lease))
+		return fmt.Sprintf("revoked lease %x of a %s waiter (%v)", kv.Lease, wl, err), nil
+	}
+	_, err = r.ctl.Txn(gctx).
+		If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
+		Then(clientv3.OpDelete(string(kv.Key))).
+		Commit()
+	return fmt.Sprintf("deleted the key %s of a %s waiter (%v)", kv.Key, wl, err), nil
 }
 
 // compactDefrag compacts the keyspace while clients wait in the queues,

@@ -59,6 +59,10 @@ func lockName(wl string) string { return *pfx + "/lock/" + wl }
 func counterKey() string        { return *pfx + "/counter" }
 func opKey(id string) string    { return *pfx + "/ops/" + id }
 
+// The cancel workload's guarded counter and its key per increment.
+func cancelCounter() string        { return *pfx + "/cancel/counter" }
+func cancelOpKey(id string) string { return *pfx + "/cancel/ops/" + id }
+
 // The semaphore workload's keys: the owner of each permit slot, and a
 // guarded counter per slot with a key per increment, as for counterKey.
 func slotKey(i int) string       { return fmt.Sprintf("%s/sem/slot/%d", *pfx, i) }
@@ -237,6 +241,8 @@ func (c *client) loop() {
 			err = c.semaphore(s)
 		case "rwmutex":
 			err = c.rwmutex(s)
+		case "cancel":
+			err = c.cancelled(s)
 		default:
 			err = c.lock(s)
 		}
@@ -278,6 +284,35 @@ func (c *client) lock(s *concurrency.Session) error {
 		c.storeUpdate("raw", token)
 	}
 
+	return c.release(hc.FUnlock, token, m.Unlock)
+}
+
+// cancelled runs one round of the cancel workload: every other Lock has a
+// timeout of 0 to 2 ms, so that its ctx ends while its enqueue is in
+// flight or just after (the write may land after the call gave up), or
+// early in its wait; the others wait as the txn workload does. A hold
+// makes a guarded increment of the workload's own counter and unlocks.
+func (c *client) cancelled(s *concurrency.Session) error {
+	m := concurrency.NewMutex(s, lockName(c.wl))
+	timeout := lockTimeout
+	if rand.IntN(2) == 0 {
+		timeout = time.Duration(rand.IntN(2001)) * time.Microsecond
+	}
+	ctx, cancel := context.WithTimeout(c.run, timeout)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FLock, Lease: int64(s.Lease())})
+	err := m.Lock(ctx)
+	cancel()
+	if err != nil {
+		c.rec(hc.Op{Type: hc.Fail, F: hc.FLock, Err: errText(err)})
+		if errors.Is(err, context.DeadlineExceeded) && c.run.Err() == nil {
+			return nil // expected: no backoff
+		}
+		return err
+	}
+	token := m.Token()
+	c.rec(hc.Op{Type: hc.OK, F: hc.FLock, Lease: int64(s.Lease()), Key: m.Key(), Token: token, Rev: m.Header().Revision})
+	c.seq++
+	c.incrementAt(cancelCounter(), cancelOpKey, fmt.Sprintf("%s.%d", c.name, c.seq), token, m.Txn)
 	return c.release(hc.FUnlock, token, m.Unlock)
 }
 
