@@ -24,6 +24,7 @@ type electOptions struct {
 	once      bool
 	killGrace time.Duration
 	metrics   string // --metrics-addr
+	fg        bool   // --foreground
 }
 
 func newElectCommand(conn *connFlags) *cobra.Command {
@@ -44,12 +45,15 @@ stdin, stdout and stderr passed through and these variables:
                   is larger for every later leader of NAME
 If the leadership is lost while the command runs (its key deleted, its lease
 revoked or expired, or etcd unreachable until the session's deadline), send
-the command SIGTERM, then SIGKILL after --kill-grace, wait for it to exit,
-and campaign again on a new lease, after a backoff of 100 ms doubling to 5 s.
+the command's process group SIGTERM, then SIGKILL after --kill-grace, wait
+for the command and the rest of its group to exit (or for SIGKILL), and
+campaign again on a new lease, after a backoff of 100 ms doubling to 5 s.
 If the command exits by itself while leader, resign at once and exit with
-its status. SIGINT, SIGTERM and SIGHUP are passed on to a running command,
-after which etcdlock resigns and exits with the command's status once it
-exits; while campaigning, they end etcdlock with 128+N. With --once, run the
+its status. SIGINT, SIGTERM and SIGHUP are passed on to a running command's
+process group, after which etcdlock resigns and exits with the command's
+status once it exits; while campaigning, they end etcdlock with 128+N.
+The process group, and --foreground, are as for 'etcdlock lock': see
+'etcdlock lock --help'. With --once, run the
 command at most once: if the leadership is lost, stop the command and exit
 122 instead of campaigning again. Each run is on a new session. A command
 whose leadership was lost may still be running, until it exits after
@@ -119,8 +123,9 @@ etcdctl elect and etcd's concurrency package.`,
 	f.IntVar(&o.ttl, "ttl", 10, "TTL of the session's lease in seconds: how long a leadership outlives a crashed leader")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no messages on stderr")
 	f.BoolVar(&o.once, "once", false, "with a command: run it at most once; exit 122 if the leadership is lost instead of campaigning again")
-	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "with a command: after the leadership is lost, time between SIGTERM and SIGKILL to the command; 0 sends SIGKILL at once")
+	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "with a command: after the leadership is lost, time between SIGTERM and SIGKILL to the command's process group; 0 sends SIGKILL at once")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
+	f.BoolVar(&o.fg, "foreground", false, foregroundUsage)
 	return cmd
 }
 
@@ -148,6 +153,7 @@ func (o *electOptions) campaign(conn *connFlags, name, proposal string, metrics 
 	}
 	switch {
 	case err != nil && errors.Is(err, concurrency.ErrSessionExpired):
+		c.lost()
 		return orInterrupted(wctx, waiting, withCode(exitLost, fmt.Errorf("campaigning in %q: %w", name, err)))
 	case err != nil:
 		return orInterrupted(wctx, waiting, fmt.Errorf("campaigning in %q: %w", name, err))
@@ -166,6 +172,7 @@ func (o *electOptions) campaign(conn *connFlags, name, proposal string, metrics 
 		resign()
 		return nil
 	case <-hold.Done():
+		c.lost()
 		return withCode(exitLost, fmt.Errorf("lost the leadership of %q: %w", name, context.Cause(hold)))
 	}
 }
@@ -191,7 +198,7 @@ func (o *electOptions) observe(conn *connFlags, name string, stdout io.Writer) e
 		}
 		return err
 	}
-	defer closeSession()
+	defer closeSession(conn.commandTimeout)
 	for resp := range concurrency.NewElection(s, name).Observe(ctx) {
 		fmt.Fprintln(stdout, string(resp.Kvs[0].Value))
 	}
@@ -239,10 +246,11 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 		fwd := make(chan os.Signal, 4)
 		router.forward(fwd)
 		sup := supervised{
-			command:   command,
-			env:       []string{"ETCD_ELECT_KEY=" + key, "ETCD_ELECT_REV=" + strconv.FormatInt(rev, 10)},
-			killGrace: o.killGrace,
-			what:      fmt.Sprintf("the leadership of %q", name),
+			command:    command,
+			env:        []string{"ETCD_ELECT_KEY=" + key, "ETCD_ELECT_REV=" + strconv.FormatInt(rev, 10)},
+			killGrace:  o.killGrace,
+			foreground: o.fg,
+			what:       fmt.Sprintf("the leadership of %q", name),
 		}
 		passed, err := sup.run(lctx, fwd, stdout, stderr)
 		router.forward(nil)
