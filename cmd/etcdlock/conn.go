@@ -45,6 +45,11 @@ type connFlags struct {
 	insecureSkipVerify bool
 	user, password     string
 	fs                 *pflag.FlagSet // where they were registered
+
+	// quiet is --quiet (-q), which is not about the connection but, like
+	// the connection flags, may come before or after the command. It has
+	// no environment variable.
+	quiet bool
 }
 
 func (c *connFlags) register(fs *pflag.FlagSet) {
@@ -58,6 +63,7 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.insecureSkipVerify, "insecure-skip-tls-verify", false, "use TLS without verifying the servers' certificates (testing only)")
 	fs.StringVar(&c.user, "user", "", "user name, or NAME:PASSWORD")
 	fs.StringVar(&c.password, "password", "", "password of --user")
+	fs.BoolVarP(&c.quiet, "quiet", "q", false, "lock, elect: no waiting, holding and campaigning messages on stderr")
 }
 
 // applyEnv sets each connection flag that was not given on the command line
@@ -67,7 +73,7 @@ func (c *connFlags) applyEnv(fs *pflag.FlagSet) error {
 	fs.VisitAll(func(f *pflag.Flag) {
 		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		v, ok := os.LookupEnv(name)
-		if f.Changed || !ok || err != nil {
+		if f.Changed || !ok || err != nil || f.Name == "quiet" {
 			return
 		}
 		if serr := fs.Set(f.Name, v); serr != nil {

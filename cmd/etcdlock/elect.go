@@ -84,6 +84,7 @@ etcdctl elect and etcd's concurrency package.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.quiet = conn.quiet
 			var command []string
 			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
 				args, command = args[:dash], args[dash:]
@@ -104,6 +105,11 @@ etcdctl elect and etcd's concurrency package.`,
 			case o.ttl <= 0:
 				return withCode(exitUsage, fmt.Errorf("--ttl %d: %w", o.ttl, concurrency.ErrInvalidTTL))
 			}
+			if command != nil {
+				if err := checkCommand(command[0]); err != nil {
+					return err
+				}
+			}
 			metrics, stopMetrics, err := serveMetrics(o.metrics, o.quiet, cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -121,7 +127,6 @@ etcdctl elect and etcd's concurrency package.`,
 	f := cmd.Flags()
 	f.BoolVarP(&o.listen, "listen", "l", false, "observe the leaders instead of campaigning")
 	f.IntVar(&o.ttl, "ttl", 10, "TTL of the session's lease in seconds: how long a leadership outlives a crashed leader")
-	f.BoolVarP(&o.quiet, "quiet", "q", false, "no messages on stderr")
 	f.BoolVar(&o.once, "once", false, "with a command: run it at most once; exit 122 if the leadership is lost instead of campaigning again")
 	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "with a command: after the leadership is lost, time between SIGTERM and SIGKILL to the command's process group; 0 sends SIGKILL at once")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)

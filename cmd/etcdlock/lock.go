@@ -96,7 +96,7 @@ func newLockCommand(conn *connFlags) *cobra.Command {
 Kinds of lock, chosen by flags; one name is used by one kind at a time:
   (none)           a mutex, with etcd's keys NAME/<lease>: it excludes
                    'etcdctl lock' and etcd's concurrency.Mutex on NAME
-  --limit N        one of N permits of a semaphore: at most N holders at
+  --limit N, -n N  one of N permits of a semaphore: at most N holders at
                    once (like 'consul lock -n N'); keys NAME/<lease>-<seq>
                    whose value is N. Every user of NAME must give the same N
   --shared         the read side of a reader/writer lock: any number of
@@ -137,7 +137,9 @@ Exit codes: the command's status, or 1 (among other errors: the name is
 in use by another kind of lock, or a semaphore with another limit),
 2 (usage, including --limit below 1), 120 (etcd unreachable),
 121 (auth), 122 (lock lost), 123 (--try: busy), 124 (--timeout),
-126/127 (command cannot run / not found), 128+N (signal N while waiting).
+126/127 (command cannot run / not found: checked before queueing, so such
+a command never takes a place in the queue), 128+N (signal N while
+waiting).
 See 'etcdlock --help'.`,
 		Example: `  # one run of a cron job at a time across hosts, at most 10 minutes of waiting
   etcdlock --endpoints 10.0.0.1:2379 lock --timeout 10m nightly-report -- /usr/local/bin/report --full
@@ -162,6 +164,7 @@ See 'etcdlock --help'.`,
 				return err
 			}
 			o.setLimit = cmd.Flags().Changed("limit")
+			o.quiet = conn.quiet
 			return o.run(conn, name, command, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -170,8 +173,7 @@ See 'etcdlock --help'.`,
 	f.DurationVar(&o.timeout, "timeout", 0, "give up waiting after this long (exit 124); 0 waits forever")
 	f.BoolVar(&o.try, "try", false, "do not wait: exit 123 at once if the lock is held")
 	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "after the lock is lost, time between SIGTERM and SIGKILL to the command's process group; 0 sends SIGKILL at once")
-	f.BoolVarP(&o.quiet, "quiet", "q", false, "no waiting and holding messages on stderr")
-	f.IntVar(&o.limit, "limit", 0, "hold one of this many permits of a semaphore named NAME (at least 1)")
+	f.IntVarP(&o.limit, "limit", "n", 0, "hold one of this many permits of a semaphore named NAME (at least 1)")
 	f.BoolVar(&o.shared, "shared", false, "hold the read side of a reader/writer lock named NAME")
 	f.BoolVar(&o.exclusive, "exclusive", false, "hold the write side of a reader/writer lock named NAME")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
@@ -373,6 +375,11 @@ func newContender(conn *connFlags, name string, ttl int, what string, opts ...co
 func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout, stderr io.Writer) error {
 	if err := o.validate(); err != nil {
 		return err
+	}
+	if len(command) > 0 {
+		if err := checkCommand(command[0]); err != nil {
+			return err
+		}
 	}
 	metrics, stopMetrics, err := serveMetrics(o.metrics, o.quiet, stderr)
 	if err != nil {

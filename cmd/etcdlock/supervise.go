@@ -184,6 +184,26 @@ func groupRunning(pgid int) bool {
 	return false
 }
 
+// checkCommand refuses a command that cannot be run, with the shell's
+// codes: 127 if it is not found, 126 if it is found but cannot be executed
+// (a directory, no execute permission). lock and elect check before they
+// connect, so that a mistyped command exits at once instead of taking a
+// place in the queue and running into the error only once the lock is
+// held. A name without a slash is looked up in PATH as exec does (where a
+// file that is not executable is passed over); a name with one is checked
+// as a file. A file that changes between the check and the start still
+// fails at the start, with the same codes.
+func checkCommand(name string) error {
+	_, err := exec.LookPath(name)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
+		return withCode(exitNoCommand, err)
+	}
+	return withCode(exitCannotExec, err)
+}
+
 // exitStatus turns the result of a command's Wait into etcdlock's result:
 // nil for success, its exit code, or 128+N if signal N killed it.
 func exitStatus(err error) error {
