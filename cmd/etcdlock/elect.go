@@ -110,7 +110,7 @@ etcdctl elect and etcd's concurrency package.`,
 					return err
 				}
 			}
-			metrics, stopMetrics, err := serveMetrics(o.metrics, o.quiet, cmd.ErrOrStderr())
+			srv, stopMetrics, err := serveMetrics(o.metrics, o.quiet, cmd.ErrOrStderr(), fmt.Sprintf("leading %q", args[0]))
 			if err != nil {
 				return err
 			}
@@ -119,9 +119,9 @@ etcdctl elect and etcd's concurrency package.`,
 				return o.observe(conn, args[0], cmd.OutOrStdout())
 			}
 			if command != nil {
-				return o.supervise(conn, args[0], args[1], command, metrics, cmd.OutOrStdout(), cmd.ErrOrStderr())
+				return o.supervise(conn, args[0], args[1], command, srv, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
-			return o.campaign(conn, args[0], args[1], metrics, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return o.campaign(conn, args[0], args[1], srv, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -134,9 +134,9 @@ etcdctl elect and etcd's concurrency package.`,
 	return cmd
 }
 
-func (o *electOptions) campaign(conn *connFlags, name, proposal string, metrics *concurrency.Metrics, stdout, stderr io.Writer) error {
+func (o *electOptions) campaign(conn *connFlags, name, proposal string, srv served, stdout, stderr io.Writer) error {
 	waiting := fmt.Sprintf("while campaigning in %q", name)
-	c, err := newContender(conn, name, o.ttl, waiting, concurrency.WithMetrics(metrics))
+	c, err := newContender(conn, name, o.ttl, waiting, concurrency.WithMetrics(srv.metrics))
 	if err != nil {
 		return err
 	}
@@ -168,6 +168,7 @@ func (o *electOptions) campaign(conn *connFlags, name, proposal string, metrics 
 	}
 
 	hold := e.Ctx()
+	srv.health.watch(hold)
 	fmt.Fprintln(stdout, e.Key())
 	if !o.quiet {
 		fmt.Fprintf(stderr, "etcdlock: leader of %q as %s (revision %d) until SIGINT or SIGTERM\n", name, e.Key(), e.Rev())
@@ -216,7 +217,7 @@ var errLostOnce = errors.New("leadership lost with --once")
 // supervise campaigns in name with proposal and runs command each time it
 // is elected, until the command exits by itself as the leader, a signal
 // ends it, or (with --once) the leadership is lost.
-func (o *electOptions) supervise(conn *connFlags, name, proposal string, command []string, metrics *concurrency.Metrics, stdout, stderr io.Writer) error {
+func (o *electOptions) supervise(conn *connFlags, name, proposal string, command []string, srv served, stdout, stderr io.Writer) error {
 	if _, err := conn.config(); err != nil {
 		return err
 	}
@@ -285,7 +286,13 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 	if !o.quiet {
 		fmt.Fprintf(stderr, "etcdlock: campaigning in %q with %q\n", name, oneLine(proposal))
 	}
-	err = concurrency.Lead(ctx, cli, name, proposal, fn, concurrency.WithLeadTTL(o.ttl), concurrency.WithLeadMetrics(metrics))
+	status := &concurrency.LeaderStatus{}
+	srv.health.set(func() bool {
+		leading, _ := status.Leading()
+		return leading
+	})
+	err = concurrency.Lead(ctx, cli, name, proposal, fn, concurrency.WithLeadTTL(o.ttl),
+		concurrency.WithLeadMetrics(srv.metrics), concurrency.WithStatus(status))
 	switch {
 	case ctx.Err() == nil:
 		return err // the command's status, or why it did not start, or etcd's error

@@ -381,12 +381,12 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 			return err
 		}
 	}
-	metrics, stopMetrics, err := serveMetrics(o.metrics, o.quiet, stderr)
+	srv, stopMetrics, err := serveMetrics(o.metrics, o.quiet, stderr, fmt.Sprintf("holding lock %q", name))
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
-	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name), concurrency.WithMetrics(metrics))
+	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name), concurrency.WithMetrics(srv.metrics))
 	if err != nil {
 		return err
 	}
@@ -413,6 +413,7 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 
 	key, token := m.Key(), m.Token()
 	hold := m.Ctx()
+	srv.health.watch(hold)
 	md := newMeta(since)
 	md.HeldSince = time.Now().UTC()
 	if !o.setLimit { // a semaphore key's value is its limit
