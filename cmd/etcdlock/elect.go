@@ -243,6 +243,8 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 		result  error     // the last command's result, as etcdlock's exit
 		lostErr error     // with --once: why the leadership ended
 		stopSig os.Signal // the signal after which the command exited
+
+		lostOnce = make(chan struct{}) // closed when --once ends on a loss
 	)
 	fn := func(lctx context.Context, e *concurrency.Election) error {
 		key, rev := e.Key(), e.Rev()
@@ -278,6 +280,7 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 		case lost && o.once:
 			lostErr = withCode(exitLost, fmt.Errorf("lost the leadership of %q while %s ran: %w", name, command[0], context.Cause(lctx)))
 			cancel(errLostOnce)
+			close(lostOnce)
 		case lost && !o.quiet:
 			fmt.Fprintf(stderr, "etcdlock: %s exited after the leadership of %q was lost; campaigning again\n", command[0], name)
 		}
@@ -291,8 +294,26 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 		leading, _ := status.Leading()
 		return leading
 	})
-	err = concurrency.Lead(ctx, cli, name, proposal, fn, concurrency.WithLeadTTL(o.ttl),
-		concurrency.WithLeadMetrics(srv.metrics), concurrency.WithStatus(status))
+	leadc := make(chan error, 1)
+	go func() {
+		leadc <- concurrency.Lead(ctx, cli, name, proposal, fn, concurrency.WithLeadTTL(o.ttl),
+			concurrency.WithLeadMetrics(srv.metrics), concurrency.WithStatus(status))
+	}()
+	select {
+	case err = <-leadc:
+	case <-lostOnce:
+		// The command is gone. Lead now tries to resign the lost
+		// leadership and to revoke its lease, for up to 5 s each while
+		// etcd is unreachable (which is why most leaderships are lost),
+		// retrying inside etcd's client even once it is closed. Give it
+		// lostRevokeTimeout, as lock does, then exit without it: the
+		// process's end stops it, and the lease expires on its own.
+		select {
+		case <-leadc:
+		case <-time.After(lostRevokeTimeout):
+		}
+		return lostErr
+	}
 	switch {
 	case ctx.Err() == nil:
 		return err // the command's status, or why it did not start, or etcd's error

@@ -172,7 +172,23 @@ wait`
 // --command-timeout on a release that cannot reach etcd (the key goes with
 // its lease, which etcd expires).
 func TestLostUnreachableExitsPromptly(t *testing.T) {
-	pfx := begin(t)
+	for _, tc := range []struct {
+		name string
+		args []string // before NAME
+		prop []string // after NAME
+	}{
+		{"lock", []string{"lock"}, nil},
+		{"elect --once", []string{"elect", "--once"}, []string{"v"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pfx := begin(t)
+			args := append(append(append([]string{}, tc.args...), "--ttl", "3", "--kill-grace", "0", pfx), tc.prop...)
+			testLostUnreachable(t, pfx, args)
+		})
+	}
+}
+
+func testLostUnreachable(t *testing.T, pfx string, args []string) {
 	c := sharedClient(t)
 	px, err := etcdproc.NewProxy(shared.endpoints[0])
 	if err != nil {
@@ -180,8 +196,8 @@ func TestLostUnreachableExitsPromptly(t *testing.T) {
 	}
 	t.Cleanup(px.Close)
 	pids := backgroundPIDs(t)
-	p := start(t, []string{"PIDS=" + pids}, "--endpoints", px.URL(), "lock", "--ttl", "2", "--kill-grace", "0", pfx,
-		"--", "sh", "-c", `echo $$ >> "$PIDS"; echo ready; exec sleep 300`)
+	p := start(t, []string{"PIDS=" + pids}, append(append([]string{"--endpoints", px.URL()}, args...),
+		"--", "sh", "-c", `echo $$ >> "$PIDS"; echo ready; exec sleep 300`)...)
 	p.waitFor(p.stdout, "ready\n")
 	cmdPID := readPIDs(t, pids)[0]
 	etcdtest.WaitKeys(t, c, pfx, 1)
