@@ -29,8 +29,27 @@ serves both tools; a flag on the command line wins over its variable:
   --insecure-skip-tls-verify  ETCDCTL_INSECURE_SKIP_TLS_VERIFY
   --user                      ETCDCTL_USER        (NAME or NAME:PASSWORD)
   --password                  ETCDCTL_PASSWORD
+  --auth-jwt-token            ETCDCTL_AUTH_JWT_TOKEN  (instead of --user)
+  --insecure-transport        ETCDCTL_INSECURE_TRANSPORT  (default true)
+  --keepalive-time            ETCDCTL_KEEPALIVE_TIME      (default 10s)
+  --keepalive-timeout         ETCDCTL_KEEPALIVE_TIMEOUT   (default 5s)
+  --max-request-bytes         ETCDCTL_MAX_REQUEST_BYTES
+  --max-recv-bytes            ETCDCTL_MAX_RECV_BYTES
 TLS is used for endpoints given as https://, and for endpoints without a
-scheme when any TLS flag is set; http:// endpoints never use TLS.`
+scheme when any TLS flag is set or --insecure-transport=false (then with
+the system's roots unless --cacert); http:// endpoints never use TLS.
+The keepalive defaults are etcdlock's, not etcdctl's 2s and 6s: etcd closes
+connections that ping more often than every 5 s (--grpc-keepalive-min-time),
+and a lock is held for long.
+
+Left out of etcdctl's global flags: DNS discovery (--discovery-srv, -d,
+--discovery-srv-name, --insecure-discovery): a lock's endpoints should not
+change with a DNS answer, and it cannot be tested here; resolve the SRV
+records yourself and pass --endpoints. etcdlock refuses --discovery-srv
+(exit 2) rather than lock on another cluster than meant; the other two
+are accepted and, without it, mean nothing, as in etcdctl. --debug,
+--write-out (-w) and --hex are output options of etcdctl's commands, not
+connection flags ('inspect --json' is etcdlock's).`
 
 // envPrefix is etcdctl's: ETCDCTL_ plus the flag name in upper case with
 // "-" as "_".
@@ -43,8 +62,22 @@ type connFlags struct {
 	commandTimeout     time.Duration
 	cacert, cert, key  string
 	insecureSkipVerify bool
+	insecureTransport  bool // false: TLS for endpoints without a scheme
 	user, password     string
+	jwtToken           string
+	keepAliveTime      time.Duration
+	keepAliveTimeout   time.Duration
+	maxRequestBytes    int
+	maxRecvBytes       int
+	discoverySRV       string         // refused: see connHelp
+	discoverySRVName   string         // accepted, unused without discoverySRV
+	insecureDiscovery  bool           // accepted, unused without discoverySRV
 	fs                 *pflag.FlagSet // where they were registered
+
+	// quiet is --quiet (-q), which is not about the connection but, like
+	// the connection flags, may come before or after the command. It has
+	// no environment variable.
+	quiet bool
 }
 
 func (c *connFlags) register(fs *pflag.FlagSet) {
@@ -58,6 +91,16 @@ func (c *connFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.insecureSkipVerify, "insecure-skip-tls-verify", false, "use TLS without verifying the servers' certificates (testing only)")
 	fs.StringVar(&c.user, "user", "", "user name, or NAME:PASSWORD")
 	fs.StringVar(&c.password, "password", "", "password of --user")
+	fs.StringVar(&c.jwtToken, "auth-jwt-token", "", "JWT token for authentication, instead of --user and --password")
+	fs.BoolVar(&c.insecureTransport, "insecure-transport", true, "no TLS for endpoints without a scheme unless a TLS flag is set; false: always TLS (https:// endpoints use TLS either way)")
+	fs.DurationVar(&c.keepAliveTime, "keepalive-time", 10*time.Second, "ping a connection idle this long, to find it dead (etcd closes connections that ping more often than every 5s)")
+	fs.DurationVar(&c.keepAliveTimeout, "keepalive-timeout", 5*time.Second, "close a connection whose ping is unanswered this long, and dial again")
+	fs.IntVar(&c.maxRequestBytes, "max-request-bytes", 0, "client-side limit of a request's size in bytes; 0: gRPC's default, 2 MiB")
+	fs.IntVar(&c.maxRecvBytes, "max-recv-bytes", 0, "client-side limit of a response's size in bytes; 0: no limit (math.MaxInt32)")
+	fs.StringVarP(&c.discoverySRV, "discovery-srv", "d", "", "not supported: etcdlock does not discover endpoints through DNS SRV records; give --endpoints")
+	fs.StringVar(&c.discoverySRVName, "discovery-srv-name", "", "not supported (accepted for etcdctl's environment; without --discovery-srv it means nothing)")
+	fs.BoolVar(&c.insecureDiscovery, "insecure-discovery", true, "not supported (accepted for etcdctl's environment; without --discovery-srv it means nothing)")
+	fs.BoolVarP(&c.quiet, "quiet", "q", false, "lock, elect: no waiting, holding and campaigning messages on stderr")
 }
 
 // applyEnv sets each connection flag that was not given on the command line
@@ -67,7 +110,7 @@ func (c *connFlags) applyEnv(fs *pflag.FlagSet) error {
 	fs.VisitAll(func(f *pflag.Flag) {
 		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		v, ok := os.LookupEnv(name)
-		if f.Changed || !ok || err != nil {
+		if f.Changed || !ok || err != nil || f.Name == "quiet" {
 			return
 		}
 		if serr := fs.Set(f.Name, v); serr != nil {
@@ -90,11 +133,30 @@ func (c *connFlags) config() (clientv3.Config, error) {
 		Logger:      zap.NewNop(),
 		// Find a dead connection during a long hold and dial again. etcd
 		// closes connections that ping more often than every 5 s (its
-		// --grpc-keepalive-min-time). Safety does not depend on this: the
-		// session ends at its conservative deadline without renewals.
-		DialKeepAliveTime:    10 * time.Second,
-		DialKeepAliveTimeout: 5 * time.Second,
+		// --grpc-keepalive-min-time), hence the defaults of 10 s and 5 s
+		// rather than etcdctl's 2 s and 6 s. Safety does not depend on
+		// this: the session ends at its conservative deadline without
+		// renewals.
+		DialKeepAliveTime:    c.keepAliveTime,
+		DialKeepAliveTimeout: c.keepAliveTimeout,
+		MaxCallSendMsgSize:   c.maxRequestBytes,
+		MaxCallRecvMsgSize:   c.maxRecvBytes,
 	}
+	switch {
+	case c.discoverySRV != "":
+		return cfg, usagef("--discovery-srv %s: etcdlock does not discover endpoints through DNS; give --endpoints (or ETCDCTL_ENDPOINTS)", c.discoverySRV)
+	case c.keepAliveTime < 0:
+		return cfg, usagef("--keepalive-time must not be negative, not %v", c.keepAliveTime)
+	case c.keepAliveTimeout < 0:
+		return cfg, usagef("--keepalive-timeout must not be negative, not %v", c.keepAliveTimeout)
+	case c.maxRequestBytes < 0:
+		return cfg, usagef("--max-request-bytes must not be negative, not %d", c.maxRequestBytes)
+	case c.maxRecvBytes < 0:
+		return cfg, usagef("--max-recv-bytes must not be negative, not %d", c.maxRecvBytes)
+	case c.jwtToken != "" && (c.user != "" || c.password != ""):
+		return cfg, usagef("--auth-jwt-token and --user or --password cannot be used together")
+	}
+	cfg.Token = c.jwtToken
 	for _, ep := range c.endpoints {
 		if ep = strings.TrimSpace(ep); ep != "" {
 			cfg.Endpoints = append(cfg.Endpoints, ep)
@@ -127,7 +189,7 @@ func (c *connFlags) config() (clientv3.Config, error) {
 		return cfg, usagef("--password needs --user")
 	}
 
-	if c.cacert != "" || c.cert != "" || c.key != "" || c.insecureSkipVerify || hasHTTPS(cfg.Endpoints) {
+	if c.cacert != "" || c.cert != "" || c.key != "" || c.insecureSkipVerify || !c.insecureTransport || hasHTTPS(cfg.Endpoints) {
 		if (c.cert == "") != (c.key == "") {
 			return cfg, usagef("--cert and --key go together")
 		}

@@ -199,7 +199,7 @@ func (o *demoOptions) worker(ctx context.Context, conn *connFlags, cfg clientv3.
 	if err != nil {
 		return fmt.Errorf("worker %d: %w", w, err)
 	}
-	defer closeSession()
+	defer closeSession(conn.commandTimeout)
 	m := concurrency.NewMutex(s, name)
 	for time.Now().Before(end) {
 		t0 := time.Now()

@@ -24,6 +24,7 @@ type electOptions struct {
 	once      bool
 	killGrace time.Duration
 	metrics   string // --metrics-addr
+	fg        bool   // --foreground
 }
 
 func newElectCommand(conn *connFlags) *cobra.Command {
@@ -44,12 +45,15 @@ stdin, stdout and stderr passed through and these variables:
                   is larger for every later leader of NAME
 If the leadership is lost while the command runs (its key deleted, its lease
 revoked or expired, or etcd unreachable until the session's deadline), send
-the command SIGTERM, then SIGKILL after --kill-grace, wait for it to exit,
-and campaign again on a new lease, after a backoff of 100 ms doubling to 5 s.
+the command's process group SIGTERM, then SIGKILL after --kill-grace, wait
+for the command and the rest of its group to exit (or for SIGKILL), and
+campaign again on a new lease, after a backoff of 100 ms doubling to 5 s.
 If the command exits by itself while leader, resign at once and exit with
-its status. SIGINT, SIGTERM and SIGHUP are passed on to a running command,
-after which etcdlock resigns and exits with the command's status once it
-exits; while campaigning, they end etcdlock with 128+N. With --once, run the
+its status. SIGINT, SIGTERM and SIGHUP are passed on to a running command's
+process group, after which etcdlock resigns and exits with the command's
+status once it exits; while campaigning, they end etcdlock with 128+N.
+The process group, and --foreground, are as for 'etcdlock lock': see
+'etcdlock lock --help'. With --once, run the
 command at most once: if the leadership is lost, stop the command and exit
 122 instead of campaigning again. Each run is on a new session. A command
 whose leadership was lost may still be running, until it exits after
@@ -80,6 +84,7 @@ etcdctl elect and etcd's concurrency package.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.quiet = conn.quiet
 			var command []string
 			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
 				args, command = args[:dash], args[dash:]
@@ -100,7 +105,12 @@ etcdctl elect and etcd's concurrency package.`,
 			case o.ttl <= 0:
 				return withCode(exitUsage, fmt.Errorf("--ttl %d: %w", o.ttl, concurrency.ErrInvalidTTL))
 			}
-			metrics, stopMetrics, err := serveMetrics(o.metrics, o.quiet, cmd.ErrOrStderr())
+			if command != nil {
+				if err := checkCommand(command[0]); err != nil {
+					return err
+				}
+			}
+			srv, stopMetrics, err := serveMetrics(o.metrics, o.quiet, cmd.ErrOrStderr(), fmt.Sprintf("leading %q", args[0]))
 			if err != nil {
 				return err
 			}
@@ -109,24 +119,24 @@ etcdctl elect and etcd's concurrency package.`,
 				return o.observe(conn, args[0], cmd.OutOrStdout())
 			}
 			if command != nil {
-				return o.supervise(conn, args[0], args[1], command, metrics, cmd.OutOrStdout(), cmd.ErrOrStderr())
+				return o.supervise(conn, args[0], args[1], command, srv, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
-			return o.campaign(conn, args[0], args[1], metrics, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return o.campaign(conn, args[0], args[1], srv, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&o.listen, "listen", "l", false, "observe the leaders instead of campaigning")
 	f.IntVar(&o.ttl, "ttl", 10, "TTL of the session's lease in seconds: how long a leadership outlives a crashed leader")
-	f.BoolVarP(&o.quiet, "quiet", "q", false, "no messages on stderr")
 	f.BoolVar(&o.once, "once", false, "with a command: run it at most once; exit 122 if the leadership is lost instead of campaigning again")
-	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "with a command: after the leadership is lost, time between SIGTERM and SIGKILL to the command; 0 sends SIGKILL at once")
+	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "with a command: after the leadership is lost, time between SIGTERM and SIGKILL to the command's process group; 0 sends SIGKILL at once")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
+	f.BoolVar(&o.fg, "foreground", false, foregroundUsage)
 	return cmd
 }
 
-func (o *electOptions) campaign(conn *connFlags, name, proposal string, metrics *concurrency.Metrics, stdout, stderr io.Writer) error {
+func (o *electOptions) campaign(conn *connFlags, name, proposal string, srv served, stdout, stderr io.Writer) error {
 	waiting := fmt.Sprintf("while campaigning in %q", name)
-	c, err := newContender(conn, name, o.ttl, waiting, concurrency.WithMetrics(metrics))
+	c, err := newContender(conn, name, o.ttl, waiting, concurrency.WithMetrics(srv.metrics))
 	if err != nil {
 		return err
 	}
@@ -148,6 +158,7 @@ func (o *electOptions) campaign(conn *connFlags, name, proposal string, metrics 
 	}
 	switch {
 	case err != nil && errors.Is(err, concurrency.ErrSessionExpired):
+		c.lost()
 		return orInterrupted(wctx, waiting, withCode(exitLost, fmt.Errorf("campaigning in %q: %w", name, err)))
 	case err != nil:
 		return orInterrupted(wctx, waiting, fmt.Errorf("campaigning in %q: %w", name, err))
@@ -157,6 +168,7 @@ func (o *electOptions) campaign(conn *connFlags, name, proposal string, metrics 
 	}
 
 	hold := e.Ctx()
+	srv.health.watch(hold)
 	fmt.Fprintln(stdout, e.Key())
 	if !o.quiet {
 		fmt.Fprintf(stderr, "etcdlock: leader of %q as %s (revision %d) until SIGINT or SIGTERM\n", name, e.Key(), e.Rev())
@@ -166,6 +178,7 @@ func (o *electOptions) campaign(conn *connFlags, name, proposal string, metrics 
 		resign()
 		return nil
 	case <-hold.Done():
+		c.lost()
 		return withCode(exitLost, fmt.Errorf("lost the leadership of %q: %w", name, context.Cause(hold)))
 	}
 }
@@ -191,7 +204,7 @@ func (o *electOptions) observe(conn *connFlags, name string, stdout io.Writer) e
 		}
 		return err
 	}
-	defer closeSession()
+	defer closeSession(conn.commandTimeout)
 	for resp := range concurrency.NewElection(s, name).Observe(ctx) {
 		fmt.Fprintln(stdout, string(resp.Kvs[0].Value))
 	}
@@ -204,7 +217,7 @@ var errLostOnce = errors.New("leadership lost with --once")
 // supervise campaigns in name with proposal and runs command each time it
 // is elected, until the command exits by itself as the leader, a signal
 // ends it, or (with --once) the leadership is lost.
-func (o *electOptions) supervise(conn *connFlags, name, proposal string, command []string, metrics *concurrency.Metrics, stdout, stderr io.Writer) error {
+func (o *electOptions) supervise(conn *connFlags, name, proposal string, command []string, srv served, stdout, stderr io.Writer) error {
 	if _, err := conn.config(); err != nil {
 		return err
 	}
@@ -230,6 +243,8 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 		result  error     // the last command's result, as etcdlock's exit
 		lostErr error     // with --once: why the leadership ended
 		stopSig os.Signal // the signal after which the command exited
+
+		lostOnce = make(chan struct{}) // closed when --once ends on a loss
 	)
 	fn := func(lctx context.Context, e *concurrency.Election) error {
 		key, rev := e.Key(), e.Rev()
@@ -239,10 +254,11 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 		fwd := make(chan os.Signal, 4)
 		router.forward(fwd)
 		sup := supervised{
-			command:   command,
-			env:       []string{"ETCD_ELECT_KEY=" + key, "ETCD_ELECT_REV=" + strconv.FormatInt(rev, 10)},
-			killGrace: o.killGrace,
-			what:      fmt.Sprintf("the leadership of %q", name),
+			command:    command,
+			env:        []string{"ETCD_ELECT_KEY=" + key, "ETCD_ELECT_REV=" + strconv.FormatInt(rev, 10)},
+			killGrace:  o.killGrace,
+			foreground: o.fg,
+			what:       fmt.Sprintf("the leadership of %q", name),
 		}
 		passed, err := sup.run(lctx, fwd, stdout, stderr)
 		router.forward(nil)
@@ -264,6 +280,7 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 		case lost && o.once:
 			lostErr = withCode(exitLost, fmt.Errorf("lost the leadership of %q while %s ran: %w", name, command[0], context.Cause(lctx)))
 			cancel(errLostOnce)
+			close(lostOnce)
 		case lost && !o.quiet:
 			fmt.Fprintf(stderr, "etcdlock: %s exited after the leadership of %q was lost; campaigning again\n", command[0], name)
 		}
@@ -272,7 +289,31 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 	if !o.quiet {
 		fmt.Fprintf(stderr, "etcdlock: campaigning in %q with %q\n", name, oneLine(proposal))
 	}
-	err = concurrency.Lead(ctx, cli, name, proposal, fn, concurrency.WithLeadTTL(o.ttl), concurrency.WithLeadMetrics(metrics))
+	status := &concurrency.LeaderStatus{}
+	srv.health.set(func() bool {
+		leading, _ := status.Leading()
+		return leading
+	})
+	leadc := make(chan error, 1)
+	go func() {
+		leadc <- concurrency.Lead(ctx, cli, name, proposal, fn, concurrency.WithLeadTTL(o.ttl),
+			concurrency.WithLeadMetrics(srv.metrics), concurrency.WithStatus(status))
+	}()
+	select {
+	case err = <-leadc:
+	case <-lostOnce:
+		// The command is gone. Lead now tries to resign the lost
+		// leadership and to revoke its lease, for up to 5 s each while
+		// etcd is unreachable (which is why most leaderships are lost),
+		// retrying inside etcd's client even once it is closed. Give it
+		// lostRevokeTimeout, as lock does, then exit without it: the
+		// process's end stops it, and the lease expires on its own.
+		select {
+		case <-leadc:
+		case <-time.After(lostRevokeTimeout):
+		}
+		return lostErr
+	}
 	switch {
 	case ctx.Err() == nil:
 		return err // the command's status, or why it did not start, or etcd's error

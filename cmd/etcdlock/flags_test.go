@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
 )
 
 // Bad flags, arguments and variables exit 2 with a message that says what
@@ -40,6 +42,13 @@ func TestBadInput(t *testing.T) {
 		{"elect without a proposal", nil, []string{"elect", "x"}, "elect needs a PROPOSAL"},
 		{"elect --listen with a proposal", nil, []string{"elect", "--listen", "x", "p"}, "elect --listen takes no PROPOSAL"},
 		{"demo without workers", nil, []string{"demo", "--workers", "0"}, "--workers must be at least 1"},
+		{"DNS discovery", nil, []string{"-d", "example.com", "inspect", "x"}, "--discovery-srv example.com: etcdlock does not discover endpoints through DNS"},
+		{"DNS discovery variable", []string{"ETCDCTL_DISCOVERY_SRV=example.com"}, []string{"lock", "x", "--", "true"}, "--discovery-srv example.com: etcdlock does not discover endpoints through DNS"},
+		{"JWT and user", nil, []string{"--auth-jwt-token", "t", "--user", "a:b", "inspect", "x"}, "--auth-jwt-token and --user or --password cannot be used together"},
+		{"negative keepalive", nil, []string{"--keepalive-time", "-1s", "inspect", "x"}, "--keepalive-time must not be negative"},
+		{"bad keepalive variable", []string{"ETCDCTL_KEEPALIVE_TIMEOUT=soon"}, []string{"inspect", "x"}, `invalid ETCDCTL_KEEPALIVE_TIMEOUT="soon"`},
+		{"negative request limit", nil, []string{"--max-request-bytes", "-1", "inspect", "x"}, "--max-request-bytes must not be negative"},
+		{"bare etcdlock", nil, nil, "no command given"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t0 := time.Now()
@@ -96,6 +105,39 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
+// Issue 23: etcdctl's other connection flags, and their variables, have
+// their meaning; DNS discovery is refused (TestBadInput), and its two
+// companions alone change nothing, as in etcdctl.
+func TestConnFlags(t *testing.T) {
+	pfx := begin(t)
+	c := sharedClient(t)
+	ok := func(env []string, args ...string) {
+		t.Helper()
+		expectRun(t, 10*time.Second, 0, env, append(args, "lock", "--try", pfx, "--", "true"))
+	}
+	ok(nil, "--keepalive-time", "6s", "--keepalive-timeout", "2s", "--max-request-bytes", "65536", "--max-recv-bytes", "65536")
+	ok([]string{"ETCDCTL_KEEPALIVE_TIME=6s", "ETCDCTL_KEEPALIVE_TIMEOUT=2s", "ETCDCTL_INSECURE_TRANSPORT=true"})
+	ok([]string{"ETCDCTL_DISCOVERY_SRV_NAME=x", "ETCDCTL_INSECURE_DISCOVERY=false"}, "--discovery-srv-name", "y", "--insecure-discovery=false")
+
+	// --insecure-transport=false: TLS for an endpoint without a scheme
+	// even without TLS files, which a plain etcd does not speak.
+	noScheme := "ETCDCTL_ENDPOINTS=" + strings.TrimPrefix(shared.endpoints[0], "http://")
+	expectRun(t, 10*time.Second, 0, []string{noScheme}, []string{"inspect", pfx})
+	for _, tc := range []struct {
+		env  []string
+		args []string
+	}{
+		{[]string{noScheme}, []string{"--insecure-transport=false"}},
+		{[]string{noScheme, "ETCDCTL_INSECURE_TRANSPORT=false"}, nil},
+	} {
+		expectRun(t, 10*time.Second, exitUnreachable, tc.env, append(tc.args, "--dial-timeout", "1s", "inspect", pfx), "TLS")
+	}
+	// The size limits apply to etcdlock's requests and responses.
+	expectRun(t, 10*time.Second, exitError, nil, []string{"--max-request-bytes", "8", "inspect", pfx}, "larger than max")
+	expectRun(t, 10*time.Second, exitError, nil, []string{"--max-recv-bytes", "8", "inspect", pfx}, "larger than max")
+	etcdtest.WaitKeys(t, c, pfx, 0)
+}
+
 // --help documents the commands, the environment variables and every exit
 // code.
 func TestHelp(t *testing.T) {
@@ -105,6 +147,8 @@ func TestHelp(t *testing.T) {
 		"lock", "elect", "inspect", "force-unlock", "demo",
 		"ETCDCTL_ENDPOINTS", "ETCDCTL_DIAL_TIMEOUT", "ETCDCTL_COMMAND_TIMEOUT", "ETCDCTL_CACERT", "ETCDCTL_CERT",
 		"ETCDCTL_KEY", "ETCDCTL_INSECURE_SKIP_TLS_VERIFY", "ETCDCTL_USER", "ETCDCTL_PASSWORD",
+		"ETCDCTL_AUTH_JWT_TOKEN", "ETCDCTL_INSECURE_TRANSPORT", "ETCDCTL_KEEPALIVE_TIME", "ETCDCTL_KEEPALIVE_TIMEOUT",
+		"ETCDCTL_MAX_REQUEST_BYTES", "ETCDCTL_MAX_RECV_BYTES", "--discovery-srv", "--insecure-discovery", "--version",
 		"120", "121", "122", "123", "124", "125", "126", "127", "128+N", "*/10 * * * *",
 	} {
 		if !strings.Contains(out, want) {
@@ -112,7 +156,8 @@ func TestHelp(t *testing.T) {
 		}
 	}
 	out, _ = expectRun(t, 10*time.Second, 0, nil, []string{"lock", "--help"})
-	for _, want := range []string{"ETCD_LOCK_KEY", "ETCD_LOCK_REV", "--kill-grace", "--try", "--timeout", "--ttl", "122", "123", "124", "SIGKILL"} {
+	for _, want := range []string{"ETCD_LOCK_KEY", "ETCD_LOCK_REV", "--kill-grace", "--try", "--timeout", "--ttl", "122", "123", "124", "SIGKILL",
+		"process group", "--foreground", "-n, --limit", "-q, --quiet", "/healthz"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("etcdlock lock --help does not mention %q", want)
 		}

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"sync"
@@ -35,6 +33,7 @@ type lockOptions struct {
 	shared    bool   // --shared: an RWMutex's read side
 	exclusive bool   // --exclusive: an RWMutex's write side
 	metrics   string // --metrics-addr
+	fg        bool   // --foreground
 }
 
 // locker is the one lock a lock command takes: a Mutex (plain lock), a
@@ -97,7 +96,7 @@ func newLockCommand(conn *connFlags) *cobra.Command {
 Kinds of lock, chosen by flags; one name is used by one kind at a time:
   (none)           a mutex, with etcd's keys NAME/<lease>: it excludes
                    'etcdctl lock' and etcd's concurrency.Mutex on NAME
-  --limit N        one of N permits of a semaphore: at most N holders at
+  --limit N, -n N  one of N permits of a semaphore: at most N holders at
                    once (like 'consul lock -n N'); keys NAME/<lease>-<seq>
                    whose value is N. Every user of NAME must give the same N
   --shared         the read side of a reader/writer lock: any number of
@@ -123,15 +122,10 @@ passed through and these variables in its environment:
   ETCD_LOCK_REV  the fencing token: the lock key's create revision, which is
                  larger for every later holder of NAME (etcdctl lock puts a
                  response revision here instead)
-Release the lock when the command exits, and exit with its status. SIGINT,
-SIGTERM and SIGHUP are passed on to the command. Put the command after "--"
-when it has flags of its own.
+Release the lock when the command exits, and exit with its status. Put the
+command after "--" when it has flags of its own.
 
-If the lock is lost while the command runs (its key deleted, for example by
-force-unlock, or its lease revoked or expired), send the command SIGTERM,
-then SIGKILL after --kill-grace, and exit with code 122. Signals reach the
-command's process only: a shell that starts other processes should exec the
-last one.
+` + processGroupHelp + `
 
 While waiting, print on stderr who holds the lock and the place in the
 queue, at most once every 5 s (not with --quiet). The lock key's value is
@@ -143,7 +137,9 @@ Exit codes: the command's status, or 1 (among other errors: the name is
 in use by another kind of lock, or a semaphore with another limit),
 2 (usage, including --limit below 1), 120 (etcd unreachable),
 121 (auth), 122 (lock lost), 123 (--try: busy), 124 (--timeout),
-126/127 (command cannot run / not found), 128+N (signal N while waiting).
+126/127 (command cannot run / not found: checked before queueing, so such
+a command never takes a place in the queue), 128+N (signal N while
+waiting).
 See 'etcdlock --help'.`,
 		Example: `  # one run of a cron job at a time across hosts, at most 10 minutes of waiting
   etcdlock --endpoints 10.0.0.1:2379 lock --timeout 10m nightly-report -- /usr/local/bin/report --full
@@ -168,6 +164,7 @@ See 'etcdlock --help'.`,
 				return err
 			}
 			o.setLimit = cmd.Flags().Changed("limit")
+			o.quiet = conn.quiet
 			return o.run(conn, name, command, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -175,14 +172,39 @@ See 'etcdlock --help'.`,
 	f.IntVar(&o.ttl, "ttl", 10, "TTL of the session's lease in seconds: how long a lock outlives a crashed holder")
 	f.DurationVar(&o.timeout, "timeout", 0, "give up waiting after this long (exit 124); 0 waits forever")
 	f.BoolVar(&o.try, "try", false, "do not wait: exit 123 at once if the lock is held")
-	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "after the lock is lost, time between SIGTERM and SIGKILL to the command; 0 sends SIGKILL at once")
-	f.BoolVarP(&o.quiet, "quiet", "q", false, "no waiting and holding messages on stderr")
-	f.IntVar(&o.limit, "limit", 0, "hold one of this many permits of a semaphore named NAME (at least 1)")
+	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "after the lock is lost, time between SIGTERM and SIGKILL to the command's process group; 0 sends SIGKILL at once")
+	f.IntVarP(&o.limit, "limit", "n", 0, "hold one of this many permits of a semaphore named NAME (at least 1)")
 	f.BoolVar(&o.shared, "shared", false, "hold the read side of a reader/writer lock named NAME")
 	f.BoolVar(&o.exclusive, "exclusive", false, "hold the write side of a reader/writer lock named NAME")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
+	f.BoolVar(&o.fg, "foreground", false, foregroundUsage)
 	return cmd
 }
+
+// processGroupHelp says how lock and elect stop their command (issue 21).
+const processGroupHelp = `The command runs in a process group of its own, like a shell's job: SIGINT,
+SIGTERM and SIGHUP sent to etcdlock are passed on to the whole group. If the
+lock is lost while the command runs (its key deleted, for example by
+force-unlock, or its lease revoked or expired), send the group SIGTERM, then
+SIGKILL after --kill-grace, and exit with code 122 once the command has
+exited and no process of its group is left (or SIGKILL was sent): the
+background processes of 'sh -c "a & b"' are stopped with the shell, as
+timeout(1) stops them. A process that leaves the group (setsid, a daemon)
+is not stopped. Processes that the command leaves running when it exits by
+itself are not waited for: they run on without the lock, so have the command
+wait for them. With etcd unreachable, the exit does not wait on etcd: the
+lock's key is on the session's lease, which etcd expires after --ttl.
+
+In its own group, the command is in the background of the terminal: it
+cannot read it (a read stops it with SIGTTIN), and the terminal's ^C comes
+to etcdlock, which passes it on. --foreground runs the command in etcdlock's
+process group instead, where it can read the terminal and gets ^C itself,
+but then signals, and the SIGTERM and SIGKILL after a loss, reach the
+command's own process only, not the processes it started: a shell should
+exec the last one.`
+
+// foregroundUsage is the help of --foreground, for lock and elect.
+const foregroundUsage = "run the command in etcdlock's process group, so that it can read the terminal; signals then reach its own process only, not the processes it starts"
 
 // lockArgs splits NAME [--] COMMAND ARGS...; dash is the number of
 // arguments before "--", or -1.
@@ -302,7 +324,22 @@ type contender struct {
 	cli     *clientv3.Client
 	s       *concurrency.Session
 	close   func() // closes the session (revoking its lease) and the client
+
+	// revokeWithin bounds the revoke of close: --command-timeout, or
+	// lostRevokeTimeout once the hold was lost (lost sets it).
+	revokeWithin time.Duration
 }
+
+// lostRevokeTimeout bounds the revoke of the session's lease after a lock
+// or leadership was lost, so that etcdlock exits promptly when etcd is
+// unreachable (which is why most holds are lost). Nothing is lost by giving
+// up: the lost key is gone or is on that lease, which etcd expires after
+// its TTL without renewals.
+const lostRevokeTimeout = time.Second
+
+// lost marks the hold as lost: close revokes the lease within
+// lostRevokeTimeout at most.
+func (c *contender) lost() { c.revokeWithin = min(c.revokeWithin, lostRevokeTimeout) }
 
 // newContender connects to etcd and starts a session with the given TTL
 // for the queue name. A signal before it returns ends it with an error
@@ -311,7 +348,7 @@ func newContender(conn *connFlags, name string, ttl int, what string, opts ...co
 	if _, err := conn.config(); err != nil {
 		return nil, err
 	}
-	c := &contender{sigc: make(chan os.Signal, 4)}
+	c := &contender{sigc: make(chan os.Signal, 4), revokeWithin: conn.commandTimeout}
 	signal.Notify(c.sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	c.ctx, c.endWait = untilSignal(c.sigc)
 	stop := func() {
@@ -320,10 +357,10 @@ func newContender(conn *connFlags, name string, ttl int, what string, opts ...co
 	}
 	var err error
 	if c.cli, err = conn.connect(c.ctx, lockPrefix(name)); err == nil {
-		var closeSession func()
+		var closeSession func(time.Duration)
 		if c.s, closeSession, err = startSession(c.ctx, conn, c.cli, ttl, opts...); err == nil {
 			c.close = func() {
-				closeSession()
+				closeSession(c.revokeWithin)
 				c.cli.Close()
 				stop()
 			}
@@ -339,12 +376,17 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 	if err := o.validate(); err != nil {
 		return err
 	}
-	metrics, stopMetrics, err := serveMetrics(o.metrics, o.quiet, stderr)
+	if len(command) > 0 {
+		if err := checkCommand(command[0]); err != nil {
+			return err
+		}
+	}
+	srv, stopMetrics, err := serveMetrics(o.metrics, o.quiet, stderr, fmt.Sprintf("holding lock %q", name))
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
-	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name), concurrency.WithMetrics(metrics))
+	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name), concurrency.WithMetrics(srv.metrics))
 	if err != nil {
 		return err
 	}
@@ -359,6 +401,9 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 	err = o.acquire(wctx, conn, cli, m, name, since, stderr)
 	c.endWait()
 	if err != nil {
+		if errors.Is(err, concurrency.ErrSessionExpired) {
+			c.lost()
+		}
 		return o.waitError(wctx, conn, cli, name, err)
 	}
 	if ierr := interrupted(wctx, "just as the lock was acquired"); ierr != nil {
@@ -368,6 +413,7 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 
 	key, token := m.Key(), m.Token()
 	hold := m.Ctx()
+	srv.health.watch(hold)
 	md := newMeta(since)
 	md.HeldSince = time.Now().UTC()
 	if !o.setLimit { // a semaphore key's value is its limit
@@ -386,12 +432,20 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 			o.release(conn, m, name, stderr)
 			return nil
 		case <-hold.Done():
+			c.lost()
 			return lostError(name, hold, "")
 		}
 	}
 	err = o.runCommand(name, command, key, token, hold, sigc, stdout, stderr)
-	// After a loss this deletes nothing: Unlock only deletes the key it
-	// acquired, and that is gone or goes with the lease.
+	if hold.Err() != nil {
+		// Lost: there is nothing to release. The key is gone (deleted,
+		// or its lease revoked or expired), or it is on the session's
+		// lease, which close revokes within lostRevokeTimeout and etcd
+		// expires otherwise. Waiting --command-timeout for an Unlock
+		// would only delay the exit while etcd is unreachable.
+		c.lost()
+		return err
+	}
 	o.release(conn, m, name, stderr)
 	return err
 }
@@ -399,8 +453,8 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 // startSession starts the session whose lease carries the lock key. Its
 // first round trip is bounded by --command-timeout and by ctx; the session
 // itself lives until the returned close function, which revokes the lease
-// within --command-timeout.
-func startSession(ctx context.Context, conn *connFlags, cli *clientv3.Client, ttl int, opts ...concurrency.SessionOption) (*concurrency.Session, func(), error) {
+// within the duration it is given.
+func startSession(ctx context.Context, conn *connFlags, cli *clientv3.Client, ttl int, opts ...concurrency.SessionOption) (*concurrency.Session, func(time.Duration), error) {
 	sctx, cancel := context.WithCancel(context.Background())
 	stopOnCtx := context.AfterFunc(ctx, cancel)
 	timer := time.AfterFunc(conn.commandTimeout, cancel)
@@ -424,8 +478,8 @@ func startSession(ctx context.Context, conn *connFlags, cli *clientv3.Client, tt
 		cancel()
 		return nil, nil, fmt.Errorf("starting a session: %w", err)
 	}
-	closeSession := func() {
-		t := time.AfterFunc(conn.commandTimeout, cancel)
+	closeSession := func(d time.Duration) {
+		t := time.AfterFunc(d, cancel)
 		s.Close() // a lease that cannot be revoked expires after its TTL
 		t.Stop()
 		cancel()
@@ -604,10 +658,11 @@ func (o *lockOptions) release(conn *connFlags, m locker, name string, stderr io.
 // codedError, or an error with exitLost if the lock was lost.
 func (o *lockOptions) runCommand(name string, command []string, key string, token int64, hold context.Context, sigc <-chan os.Signal, stdout, stderr io.Writer) error {
 	sup := supervised{
-		command:   command,
-		env:       []string{"ETCD_LOCK_KEY=" + key, "ETCD_LOCK_REV=" + strconv.FormatInt(token, 10)},
-		killGrace: o.killGrace,
-		what:      fmt.Sprintf("lock %q", name),
+		command:    command,
+		env:        []string{"ETCD_LOCK_KEY=" + key, "ETCD_LOCK_REV=" + strconv.FormatInt(token, 10)},
+		killGrace:  o.killGrace,
+		foreground: o.fg,
+		what:       fmt.Sprintf("lock %q", name),
 	}
 	_, err := sup.run(hold, sigc, stdout, stderr)
 	if errors.As(err, new(*codedError)) {
@@ -617,76 +672,4 @@ func (o *lockOptions) runCommand(name string, command []string, key string, toke
 		return lostError(name, hold, fmt.Sprintf(" while %s ran", command[0]))
 	}
 	return exitStatus(err)
-}
-
-// supervised is a command that runs while a lock or leadership lasts.
-type supervised struct {
-	command   []string
-	env       []string      // variables added to etcdlock's environment
-	killGrace time.Duration // between SIGTERM and SIGKILL once the hold ends
-	what      string        // what the hold is, for messages: lock "NAME"
-}
-
-// run runs the command, passing on signals from sigc, until it exits. If
-// hold ends first, it stops the command with SIGTERM and, after killGrace,
-// SIGKILL. It returns the last signal it passed on, if any, and the
-// command's Wait error (an *exec.ExitError for a non-zero status), or a
-// codedError with exitNoCommand or exitCannotExec if it did not start.
-func (sup supervised) run(hold context.Context, sigc <-chan os.Signal, stdout, stderr io.Writer) (os.Signal, error) {
-	command := sup.command
-	c := exec.Command(command[0], command[1:]...)
-	// The last of duplicate variables wins: these replace inherited ones.
-	c.Env = append(os.Environ(), sup.env...)
-	c.Stdin, c.Stdout, c.Stderr = os.Stdin, stdout, stderr
-	if err := c.Start(); err != nil {
-		code := exitCannotExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			code = exitNoCommand
-		}
-		return nil, withCode(code, err)
-	}
-	waitc := make(chan error, 1)
-	go func() { waitc <- c.Wait() }()
-
-	var passed os.Signal
-	lostc := hold.Done()
-	var killc <-chan time.Time
-	for {
-		select {
-		case err := <-waitc:
-			return passed, err
-		case sig := <-sigc:
-			c.Process.Signal(sig)
-			passed = sig
-		case <-lostc:
-			lostc = nil
-			if sup.killGrace == 0 {
-				fmt.Fprintf(stderr, "etcdlock: lost %s (%v); sending SIGKILL to %s (pid %d)\n", sup.what, context.Cause(hold), command[0], c.Process.Pid)
-				c.Process.Kill()
-				continue
-			}
-			fmt.Fprintf(stderr, "etcdlock: lost %s (%v); sending SIGTERM to %s (pid %d), SIGKILL in %v\n", sup.what, context.Cause(hold), command[0], c.Process.Pid, sup.killGrace)
-			c.Process.Signal(syscall.SIGTERM)
-			t := time.NewTimer(sup.killGrace)
-			defer t.Stop()
-			killc = t.C
-		case <-killc:
-			killc = nil
-			fmt.Fprintf(stderr, "etcdlock: %s (pid %d) still running %v after SIGTERM; sending SIGKILL\n", command[0], c.Process.Pid, sup.killGrace)
-			c.Process.Kill()
-		}
-	}
-}
-
-// exitStatus turns the result of a command's Wait into etcdlock's result:
-// nil for success, its exit code, or 128+N if signal N killed it.
-func exitStatus(err error) error {
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		return err
-	}
-	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return withCode(exitSignal+int(ws.Signal()), errSilent)
-	}
-	return withCode(ee.ExitCode(), errSilent)
 }

@@ -183,11 +183,18 @@ revision.
   etcdlock demo`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		// Only the subcommands run; a bare "etcdlock" prints the help.
+		Version:       versionText(),
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			return conn.applyEnv(cmd.Root().PersistentFlags())
 		},
+		// A bare "etcdlock" is a mistake (a cron line that lost its
+		// subcommand), not a request for help: it must not exit 0.
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
+			return usagef("no command given: lock, elect, inspect, force-unlock, demo or version")
+		},
 	}
+	root.SetVersionTemplate("{{.Version}}")
 	root.CompletionOptions.HiddenDefaultCmd = true
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return withCode(exitUsage, err)
@@ -199,6 +206,7 @@ revision.
 		newInspectCommand(conn),
 		newForceUnlockCommand(conn),
 		newDemoCommand(conn),
+		newVersionCommand(),
 	} {
 		runE := sub.RunE
 		sub.RunE = func(cmd *cobra.Command, args []string) error {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -194,11 +195,47 @@ func start(t *testing.T, env []string, args ...string) *proc {
 		select {
 		case <-p.done:
 		default:
+			// etcdlock runs its command in a process group of its own,
+			// which SIGKILL to etcdlock does not reach.
+			groups := childGroups(p.cmd.Process.Pid)
 			p.cmd.Process.Kill()
+			for _, pgid := range groups {
+				syscall.Kill(-pgid, syscall.SIGKILL)
+			}
 			<-p.done
 		}
 	})
 	return p
+}
+
+// childGroups returns the process groups that children of pid lead: the
+// groups of the commands an etcdlock runs.
+func childGroups(pid int) []int {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var groups []int
+	for _, e := range procs {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid pgrp ...", comm in parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) >= 3 && f[1] == strconv.Itoa(pid) && f[2] == e.Name() {
+			groups = append(groups, child)
+		}
+	}
+	return groups
 }
 
 // wait waits for the process to exit and returns its exit code, failing
