@@ -237,16 +237,18 @@ func (e *Election) Proclaim(ctx context.Context, val string) error {
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if !resp.Succeeded {
 		gone := fmt.Errorf("key %q no longer has create revision %d", key, rev)
 		hd.end(fmt.Errorf("%w: %w", ErrLockLost, gone))
+		e.mu.Lock()
+		defer e.mu.Unlock()
 		if e.hold == hd {
 			e.forget(ctx, keep)
 		}
 		return fmt.Errorf("%w: %w", ErrElectionNotLeader, gone)
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.hdr = resp.Header
 	return nil
 }
@@ -310,10 +312,16 @@ func (e *Election) release(ctx context.Context) error {
 	e.opMu.Lock()
 	defer e.opMu.Unlock()
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.leader {
-		e.hold.end(fmt.Errorf("%w: resigned here; the key is deleted in the background: %w", ErrLockReleased, err))
-		e.forget(ctx, deleteLater)
+	hd := e.hold
+	leader := e.leader
+	e.mu.Unlock()
+	if leader {
+		hd.end(fmt.Errorf("%w: resigned here; the key is deleted in the background: %w", ErrLockReleased, err))
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.hold == hd {
+			e.forget(ctx, deleteLater)
+		}
 	}
 	return err
 }

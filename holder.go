@@ -123,9 +123,12 @@ func (h *holder) release(ctx context.Context) error {
 	h.relMu.Lock()
 	defer h.relMu.Unlock()
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.held {
-		h.hold.end(fmt.Errorf("%w: released here; the key is deleted in the background: %w", ErrLockReleased, err))
+	held, hd := h.held, h.hold
+	h.mu.Unlock()
+	if held {
+		hd.end(fmt.Errorf("%w: released here; the key is deleted in the background: %w", ErrLockReleased, err))
+		h.mu.Lock()
+		defer h.mu.Unlock()
 		h.forget(ctx, deleteLater)
 	}
 	return err

@@ -97,7 +97,7 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	if err := s.use(ctx, key, true); err != nil {
 		return nil, nil, err
 	}
-	q, err := settledEnqueue(ctx, s, r, key, val, update)
+	q, err := settledEnqueue(ctx, s, r, key, val)
 	if err != nil {
 		return nil, nil, err // the key was handed back (see settle)
 	}
@@ -107,8 +107,17 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 		return nil, nil, q.err
 	}
 	if q.adopted {
-		// The key was there already: judge it as a fresh one is judged,
-		// before it is used.
+		// The key was there already. With update (Campaign), its value is
+		// set with the caller's ctx, as etcd's Campaign proclaims, never by
+		// the enqueue, which may be applied after its caller has given up
+		// (it would overwrite the value of a later leadership of the key).
+		if update && q.val != val {
+			if err := putIfRev(ctx, s, key, q.rev, val); err != nil {
+				settle(ctx, s, key, q, nil)
+				return nil, nil, err
+			}
+		}
+		// Judge it as a fresh one is judged, before it is used.
 		j, err := judge(ctx, s, r, key, q.rev)
 		if err != nil {
 			settle(ctx, s, key, q, nil)
@@ -117,7 +126,9 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 		q.holds, q.next, q.hdr = j.holds, j.next, j.hdr
 	}
 	if q.holds {
-		return granted(ctx, s, r, key, q.rev, q.hdr, false)
+		// An adopted key may have waiters behind it that watch it: tell
+		// them (see promote), as after a wait.
+		return granted(ctx, s, r, key, q.rev, q.hdr, q.adopted)
 	}
 	if !wait {
 		settle(ctx, s, key, q, nil)
@@ -161,9 +172,10 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 // the server can expire the lease, so a grant that finds the session alive
 // after its linearizable read has returned holds at that moment too. The
 // wait's own cancellation by the session's end comes a goroutine later;
-// this check does not wait for it. A Semaphore's hold that waited tells
-// the waiter behind it (see promote), without delaying the grant.
-func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr *pb.ResponseHeader, waited bool) (*hold, *pb.ResponseHeader, error) {
+// this check does not wait for it. A Semaphore's hold whose key existed
+// before the read that granted it (waited, or adopted) tells the waiter
+// behind it (see promote), without delaying the grant.
+func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr *pb.ResponseHeader, existed bool) (*hold, *pb.ResponseHeader, error) {
 	err := ctx.Err()
 	if s.life.Err() != nil {
 		err = context.Cause(s.life)
@@ -173,7 +185,7 @@ func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr
 		return nil, nil, err
 	}
 	h := newHold(s, key, rev, hdr.Revision)
-	if waited && r.limit > 1 {
+	if existed && r.limit > 1 {
 		h.promote()
 	}
 	return h, hdr, nil
@@ -187,6 +199,7 @@ type queued struct {
 	err     error              // the rule refused the key; if written is false, nothing was written
 	written bool               // the key was created by this enqueue
 	adopted bool               // the key was there already: to be judged before use
+	val     string             // the value of an adopted key
 	ahead   int64              // keys of over older than the key when it was created; -1 if unknown
 	hdr     *pb.ResponseHeader // of the transaction
 }
@@ -210,7 +223,7 @@ const settleGrace = time.Second
 // has been handed back to the session: once the enqueue has settled, it is
 // deleted if it was written; if the outcome stays unknown, it is deleted by
 // lease now and again while it may still be applied (see Session.suspect).
-func settledEnqueue(ctx context.Context, s *Session, r rule, key, val string, update bool) (queued, error) {
+func settledEnqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, error) {
 	if !s.startSettling() {
 		s.unuse(ctx, key, 0, keep)
 		return queued{}, context.Cause(s.life)
@@ -222,7 +235,7 @@ func settledEnqueue(ctx context.Context, s *Session, r rule, key, val string, up
 		defer s.settling.Done()
 		defer stopLife()
 		defer cancel()
-		q, err := enqueue(ectx, s, r, key, val, update)
+		q, err := enqueue(ectx, s, r, key, val)
 		p.mu.Lock()
 		p.q, p.err = q, err
 		abandoned := p.abandoned
@@ -306,19 +319,19 @@ func settle(ctx context.Context, s *Session, key string, q queued, err error) {
 
 // enqueue puts key with value val on the session's lease at the end of the
 // queue of r, unless the session has it already, in which case it keeps
-// the key's place (adopted: the caller judges it) and, with update, sets
-// its value to val if it differs. It takes one transaction. A new key is
+// the key's place and value (adopted: the caller judges it, and sets the
+// value if it must). It takes one transaction. A new key is
 // written only if r's guard allows it; the transaction also reads the
 // newest limit+1 keys of over older than it, which decide whether it holds
 // (it is the newest key, so nothing can come between).
 //
-// Mutex.Lock and TryLock enqueue with update false: a lock key's value is
-// left as it is (etcd's Mutex writes "", etcdlock a description of its
-// holder). Election.Campaign enqueues with update true, as etcd's does.
+// Mutex.Lock and TryLock leave an adopted key's value as it is (etcd's
+// Mutex writes "", etcdlock a description of its holder); Campaign sets
+// it (see acquireKey), as etcd's does.
 //
 // A lease that no longer exists gives an error matching ErrSessionExpired
 // and ErrLeaseNotFound, and ends the session's life.
-func enqueue(ctx context.Context, s *Session, r rule, key, val string, update bool) (queued, error) {
+func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, error) {
 	// limit+2: the key itself, when it is in over, and limit+1 older keys.
 	newest := clientv3.OpGet(r.over, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(r.limit)+2))
 	then := []clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id)), newest}
@@ -326,12 +339,6 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string, update bo
 		then = []clientv3.Op{r.guard(then, r.refused)}
 	}
 	orElse := []clientv3.Op{clientv3.OpGet(key)}
-	if update {
-		orElse = append(orElse, clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "!=", val)},
-			[]clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id))},
-			nil))
-	}
 	resp, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(then...).
@@ -345,8 +352,8 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string, update bo
 	}
 	q := queued{hdr: resp.Header, ahead: -1}
 	if !resp.Succeeded {
-		q.rev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
-		q.adopted = true
+		kv := resp.Responses[0].GetResponseRange().Kvs[0]
+		q.rev, q.val, q.adopted = kv.CreateRevision, string(kv.Value), true
 		return q, nil
 	}
 	rs := resp.Responses
@@ -374,6 +381,23 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string, update bo
 		q.err = r.check(older)
 	}
 	return q, nil
+}
+
+// putIfRev sets the value of key, on the session's lease, if key still has
+// create revision rev; if not, it returns an error matching
+// ErrSessionExpired (the key was deleted).
+func putIfRev(ctx context.Context, s *Session, key string, rev int64, val string) error {
+	resp, err := s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, val, clientv3.WithLease(s.id))).
+		Commit()
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: key %q was deleted", ErrSessionExpired, key)
+	}
+	return nil
 }
 
 // unnest follows the responses of a guard's nested transactions to the

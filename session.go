@@ -25,7 +25,8 @@ const defaultSessionTTL = 60
 // TTL minus a small margin, and ends (Done, Ctx) when that deadline passes
 // without a renewal: before the server can expire the lease, not after. The
 // goroutine that renews never waits on anything else: deleting keys left
-// over from failed or cancelled calls is done by a second goroutine.
+// over from failed or cancelled calls is done by a second goroutine, which
+// runs only while such keys are left.
 //
 // A Session is safe for use by several goroutines.
 type Session struct {
@@ -46,15 +47,17 @@ type Session struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	done     sync.WaitGroup // the keepalive and cleanup goroutines
+	done     sync.WaitGroup // the keepalive goroutine
 	settling sync.WaitGroup // enqueues awaited in the background (see settledEnqueue)
+	sweeping sync.WaitGroup // the cleanup goroutine, while it runs (see kickSweeper)
 	checkc   chan struct{}  // asks the keepalive goroutine to renew (and so check) the lease now
 	sweepc   chan struct{}  // asks the cleanup goroutine to delete leftover keys
 
-	mu       sync.Mutex // guards deadline, keys and closing
-	deadline time.Time
-	closing  bool                 // Close has begun: no enqueue starts in the background
-	keys     map[string]*keyState // lock keys this session uses or must clean up
+	mu        sync.Mutex // guards deadline, keys, closing and sweeperOn
+	deadline  time.Time
+	closing   bool                 // Close has begun: no goroutine starts in the background
+	sweeperOn bool                 // the cleanup goroutine runs
+	keys      map[string]*keyState // lock keys this session uses or must clean up
 
 	ins *instruments // metrics and tracer; nil without (see metrics.go)
 }
@@ -146,9 +149,8 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 		s.endLife(fmt.Errorf("%w: session context ended: %w", ErrSessionExpired, context.Cause(o.ctx)))
 	})
 	context.AfterFunc(s.life, func() { stop() })
-	s.done.Add(2)
+	s.done.Add(1)
 	go s.run()
-	go s.sweeper()
 	return s, nil
 }
 
@@ -179,7 +181,9 @@ func (s *Session) Deadline() time.Time {
 }
 
 // Orphan stops renewing the lease without revoking it, and returns once the
-// session's goroutines have stopped; it does not wait on the network. Keys
+// keepalive goroutine has stopped; it does not wait on the network. Keys
+// that failed or cancelled calls left to delete are still deleted, by a
+// goroutine that ends when none is left or at Close. Keys
 // on the lease live on until the lease expires or is revoked, and the lease
 // may be kept alive by someone else: a process that adopts it with
 // WithLease, or a remote client (etcd's Lock and Election services orphan
@@ -210,6 +214,7 @@ func (s *Session) Close() error {
 	s.closing = true
 	s.mu.Unlock()
 	s.settling.Wait() // ended with the session's life: the revoke deletes their keys
+	s.sweeping.Wait()
 	if s.ttl == 0 {
 		return nil // WithLease on a missing lease: nothing to revoke
 	}
@@ -419,6 +424,7 @@ func (s *Session) unuse(ctx context.Context, key string, rev int64, then cleanup
 	s.deleted(key, rev, err)
 	if err != nil {
 		s.check()
+		s.kickSweeper()
 	}
 }
 
@@ -454,15 +460,43 @@ func (s *Session) suspect(key string) {
 	if k := s.keys[key]; k != nil {
 		k.suspect = time.Now().Add(max(lateApplyWindow, s.ttl))
 	}
-	s.kickSweeper()
+	s.kickLocked()
 }
 
-// kickSweeper asks the cleanup goroutine to run. It never blocks.
+// kickSweeper asks the cleanup goroutine to run, and starts it if keys
+// are left to delete and it does not run. It never blocks.
 func (s *Session) kickSweeper() {
-	select {
-	case s.sweepc <- struct{}{}:
-	default:
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kickLocked()
+}
+
+// kickLocked is kickSweeper; the caller holds s.mu.
+func (s *Session) kickLocked() {
+	if s.sweeperOn {
+		select {
+		case s.sweepc <- struct{}{}:
+		default:
+		}
+		return
 	}
+	if s.closing || s.life.Err() != nil || !s.pendingLocked(time.Now()) {
+		return
+	}
+	s.sweeperOn = true
+	s.sweeping.Add(1)
+	go s.sweeper()
+}
+
+// pendingLocked reports whether a key is left to delete: stale, or
+// suspect until a time after now. The caller holds s.mu.
+func (s *Session) pendingLocked(now time.Time) bool {
+	for _, k := range s.keys {
+		if k.stale || now.Before(k.suspect) {
+			return true
+		}
+	}
+	return false
 }
 
 // suspectSweep is how often the cleanup goroutine deletes suspect keys
@@ -470,37 +504,43 @@ func (s *Session) kickSweeper() {
 // key for about that long, whatever the TTL.
 const suspectSweep = time.Second
 
-// sweeper is the cleanup goroutine: after each renewal, when asked, and
-// every suspectSweep while a key is suspect, it deletes the keys whose
-// cleanup failed and the suspect keys nobody uses, until the session ends
-// or is orphaned.
+// sweeper is the cleanup goroutine: it runs while keys are left to delete
+// (see kickSweeper), and deletes the keys whose cleanup failed and the
+// suspect keys nobody uses at once, then every suspectSweep, when asked,
+// and after each renewal, until none is left or the session's life ends.
+// It goes on after Orphan, as the session stays usable (etcd's Lock
+// service orphans its sessions): a key left by a failed Lock must not stay
+// for the life of a lease that someone else renews.
 func (s *Session) sweeper() {
-	defer s.done.Done()
+	defer s.sweeping.Done()
 	tick := time.NewTimer(suspectSweep)
 	defer tick.Stop()
 	for {
-		select {
-		case <-s.ctx.Done():
+		s.sweep()
+		s.mu.Lock()
+		if s.life.Err() != nil || !s.pendingLocked(time.Now()) {
+			s.sweeperOn = false
+			s.mu.Unlock()
 			return
+		}
+		s.mu.Unlock()
+		tick.Reset(suspectSweep)
+		select {
+		case <-s.life.Done():
 		case <-s.sweepc:
 		case <-tick.C:
-		}
-		if s.sweep() {
-			tick.Reset(suspectSweep)
 		}
 	}
 }
 
 // sweep deletes, one at a time, each unused key that is stale or suspect.
-// It stops at the first failure: the next renewal tries again. A suspect
-// key is deleted by lease, and stays suspect until its window passes. It
-// reports whether a key is still suspect.
-func (s *Session) sweep() (suspects bool) {
+// It stops at the first failure: the sweeper tries again. A suspect key is
+// deleted by lease, and stays suspect until its window passes.
+func (s *Session) sweep() {
 	now := time.Now()
 	s.mu.Lock()
 	var keys []string
 	for key, k := range s.keys {
-		suspects = suspects || now.Before(k.suspect)
 		if k.users <= 0 && (k.stale || now.Before(k.suspect)) {
 			keys = append(keys, key)
 		} else {
@@ -513,15 +553,14 @@ func (s *Session) sweep() (suspects bool) {
 		if !ok {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, cleanupTimeout)
+		ctx, cancel := context.WithTimeout(s.life, cleanupTimeout)
 		err := s.deleteKey(ctx, key, rev)
 		cancel()
 		s.deleted(key, rev, err)
 		if err != nil {
-			return suspects
+			return
 		}
 	}
-	return suspects
 }
 
 // startSweep marks key as being deleted by sweep, if it still needs to be,
@@ -601,6 +640,14 @@ func WithTTL(ttl int) SessionOption {
 // NewSession renews it once, to learn its TTL; if the lease does not exist,
 // the session has already ended (see NewSession). WithTTL is ignored: the
 // lease keeps its own TTL.
+//
+// Sessions on one lease share their Mutex and Election keys (the name and
+// the lease ID), as in etcd's package: a Lock on one of them adopts the key
+// that another holds, and a Lock that fails deletes a key that no user of
+// its own session holds, so it can end the other session's hold on that
+// name (ErrLockLost, as after a force-unlock). Do not use one lock name
+// from two live sessions on one lease; Semaphore and RWMutex keys are
+// unique to each value and are not shared.
 func WithLease(leaseID clientv3.LeaseID) SessionOption {
 	return func(o *sessionOptions) { o.leaseID = leaseID }
 }
