@@ -14,11 +14,12 @@ import (
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
 )
 
-// The STM names are etcd's own, so values pass between the two packages.
+// The STM and Isolation names are etcd's own, so values pass between the
+// two packages. STMOption is this package's own: etcd exports its option
+// type only from v3.7.
 var (
-	_ etcdconc.STMOption                                                                                     = concurrency.WithIsolation(concurrency.ReadCommitted)
-	_ etcdconc.Isolation                                                                                     = concurrency.SerializableSnapshot
-	_ func(*clientv3.Client, func(etcdconc.STM) error, ...etcdconc.STMOption) (*clientv3.TxnResponse, error) = concurrency.NewSTM
+	_ etcdconc.Isolation                                                                                        = concurrency.SerializableSnapshot
+	_ func(*clientv3.Client, func(etcdconc.STM) error, ...concurrency.STMOption) (*clientv3.TxnResponse, error) = concurrency.NewSTM
 )
 
 // Concurrent transfers between two accounts, each in an STM transaction,
