@@ -1,6 +1,6 @@
 module github.com/seed-a9d410c6/concurrency
 
-go 1.23
+go 1.23.0
 
 require (
 	github.com/prometheus/client_golang v1.11.0
