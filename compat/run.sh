@@ -4,7 +4,10 @@
 # Resign, Semaphore, the STM options, a revoked session) against real etcd
 # server processes of every supported line, with etcd's client at the floor
 # the library's go.mod requires (go.mod) and at the newest release
-# (go.newest.mod): 2 clients x 4 servers.
+# (go.newest.mod), both with the go command on PATH and under -race, and
+# the floor once more with the oldest Go the library's go.mod allows (its
+# go line, fetched as a toolchain module through the module proxy): 3
+# builds x 4 servers.
 #
 #   3.4   Debian's etcd-server (sh faults/setup.sh installs it), the oldest
 #         server: $FAULTS_OLD_ETCD, else /usr/bin/etcd, else etcd on PATH
@@ -31,15 +34,22 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 summary=$tmp/summary
-echo "$(go version)" >"$summary"
+echo "go command on PATH: $(go version)" >"$summary"
 status=0
-for client in floor newest; do
+oldgo=go$(sed -n 's/^go //p' ../go.mod)
+for client in floor newest "floor-$oldgo"; do
 	modfile=
-	if [ "$client" = newest ]; then
-		modfile=-modfile=go.newest.mod
-	fi
+	race=-race
+	toolchain=${GOTOOLCHAIN:-}
+	case "$client" in
+	newest) modfile=-modfile=go.newest.mod ;;
+	floor-*)
+		toolchain=$oldgo
+		race=
+		;;
+	esac
 	cv=$(go list $modfile -m -f '{{.Version}}' go.etcd.io/etcd/api/v3)
-	go test $modfile -race -c -o "$tmp/$client.test" .
+	GOTOOLCHAIN=$toolchain go test $modfile $race -c -o "$tmp/$client.test" .
 	for s in old $servers; do
 		if [ "$s" = old ]; then
 			bin=$old
