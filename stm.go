@@ -13,7 +13,10 @@ import (
 // bug to fix and shares no keys or queues with Mutex and Election, so every
 // name below is etcd's own (a type alias or a call straight into
 // go.etcd.io/etcd/client/v3/concurrency), not a copy: a value of one
-// package's type is a value of the other's.
+// package's type is a value of the other's. The one exception is
+// STMOption: etcd exports its option type only from v3.7 (before, With...
+// returned an unexported type), so this package has its own option type,
+// which NewSTM turns into etcd's options on every supported etcd line.
 
 // STM is etcd's concurrency.STM: the reads and writes of one software
 // transaction, passed to the apply function of NewSTM. Get reads a key and
@@ -23,8 +26,20 @@ import (
 // that only etcd's package can implement it.
 type STM = etcdconc.STM
 
-// STMOption is etcd's concurrency.STMOption: it configures NewSTM.
-type STMOption = etcdconc.STMOption
+// STMOption configures NewSTM: WithIsolation, WithAbortContext and
+// WithPrefetch. It has the shape of etcd v3.7's concurrency.STMOption but is
+// this package's own type, because etcd v3.5 and v3.6 do not export theirs;
+// NewSTM hands each option to etcd as etcd's own, in the order given.
+type STMOption func(*stmOptions)
+
+// stmOptions records the options given to NewSTM, to be replayed as etcd's.
+type stmOptions struct {
+	iso      Isolation
+	isoSet   bool
+	ctx      context.Context
+	ctxSet   bool // else the client's context, as in etcd's package
+	prefetch []string
+}
 
 // Isolation is etcd's concurrency.Isolation: how a transaction's reads see
 // other transactions' writes, and which conflicts make it retry.
@@ -57,8 +72,27 @@ const (
 // read or commit, such as the end of the context given with
 // WithAbortContext (default: the client's), ends it with that error.
 func NewSTM(c *clientv3.Client, apply func(STM) error, so ...STMOption) (*clientv3.TxnResponse, error) {
-	return etcdconc.NewSTM(c, apply, so...)
+	var o stmOptions
+	for _, opt := range so {
+		opt(&o)
+	}
+	// etcd's option type cannot be named before v3.7, so the slice of
+	// etcd's options takes its type from the first one. WithPrefetch with
+	// no keys adds nothing, as in etcd's package; a later option of the
+	// same kind overrides an earlier one, as in etcd's package.
+	opts := etcdOptions(etcdconc.WithPrefetch(o.prefetch...))
+	if o.isoSet {
+		opts = append(opts, etcdconc.WithIsolation(o.iso))
+	}
+	if o.ctxSet {
+		opts = append(opts, etcdconc.WithAbortContext(o.ctx))
+	}
+	return etcdconc.NewSTM(c, apply, opts...)
 }
+
+// etcdOptions returns its arguments as a slice whose element type is
+// inferred: etcd's unexported STM option type before v3.7.
+func etcdOptions[T any](opts ...T) []T { return opts }
 
 // NewSTMRepeatable is etcd's concurrency.NewSTMRepeatable, which etcd
 // documents as deprecated: NewSTM with WithAbortContext(ctx) and
@@ -82,13 +116,21 @@ func NewSTMReadCommitted(ctx context.Context, c *clientv3.Client, apply func(STM
 }
 
 // WithIsolation is etcd's concurrency.WithIsolation: the transaction's
-// isolation level (default SerializableSnapshot).
-func WithIsolation(lvl Isolation) STMOption { return etcdconc.WithIsolation(lvl) }
+// isolation level (default SerializableSnapshot). The last one given wins.
+func WithIsolation(lvl Isolation) STMOption {
+	return func(o *stmOptions) { o.iso, o.isoSet = lvl, true }
+}
 
 // WithAbortContext is etcd's concurrency.WithAbortContext: the context
-// whose end aborts the transaction for good (default: the client's).
-func WithAbortContext(ctx context.Context) STMOption { return etcdconc.WithAbortContext(ctx) }
+// whose end aborts the transaction for good (default: the client's). The
+// last one given wins.
+func WithAbortContext(ctx context.Context) STMOption {
+	return func(o *stmOptions) { o.ctx, o.ctxSet = ctx, true }
+}
 
 // WithPrefetch is etcd's concurrency.WithPrefetch: keys that every attempt
 // reads before apply runs, in one round trip rather than one Get each.
-func WithPrefetch(keys ...string) STMOption { return etcdconc.WithPrefetch(keys...) }
+// Keys of several WithPrefetch options add up.
+func WithPrefetch(keys ...string) STMOption {
+	return func(o *stmOptions) { o.prefetch = append(o.prefetch, keys...) }
+}

@@ -1,6 +1,6 @@
 module github.com/seed-a9d410c6/concurrency/compare
 
-go 1.26.8
+go 1.26.0
 
 replace github.com/seed-a9d410c6/concurrency => ../
 

@@ -4,6 +4,9 @@
 # It does nothing when both are already there.
 #
 # Usage: sh compare/setup.sh   (as root, or with sudo available)
+#        sh compare/setup.sh --check   (installs nothing; succeeds when both
+#                                       are there: test.sh runs the
+#                                       comparison's smoke test only then)
 #
 # The harness finds redis-server on PATH or at /usr/bin/redis-server, and
 # ZooKeeper's jars under /usr/share/java (Debian's layout); it starts its
@@ -20,6 +23,10 @@ found() {
 if found; then
 	echo "compare/setup.sh: redis-server and zookeeper are installed"
 	exit 0
+fi
+if [ "${1:-}" = --check ]; then
+	echo "compare/setup.sh: redis-server or zookeeper (and java) missing"
+	exit 1
 fi
 
 SUDO=

@@ -24,6 +24,10 @@ const (
 	etcdV3Lock    = `"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock"`
 	etcdV3Elect   = `"go.etcd.io/etcd/server/v3/etcdserver/api/v3election"`
 	ourModule     = "github.com/seed-a9d410c6/concurrency"
+	// hostModule holds the copied tests: the module of this package,
+	// which requires etcd's server and test framework (the library's
+	// module does not).
+	hostModule = "github.com/seed-a9d410c6/concurrency/internal"
 )
 
 // tempModuleDir makes a directory inside this module whose name starts
@@ -31,7 +35,7 @@ const (
 // but is not part of ./... patterns. It is removed when the test ends.
 func tempModuleDir(t *testing.T, ctx context.Context) (root, dir string) {
 	t.Helper()
-	root = moduleDir(t, ctx, ourModule)
+	root = moduleDir(t, ctx, hostModule)
 	dir, err := os.MkdirTemp(root, "_etcdtests")
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +51,7 @@ func importPath(t *testing.T, root, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ourModule + "/" + filepath.ToSlash(rel)
+	return hostModule + "/" + filepath.ToSlash(rel)
 }
 
 // swap replaces one quoted import path with another.

@@ -69,7 +69,7 @@ func TestEtcdTestsAgainstThisPackage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	src := filepath.Join(moduleDir(t, ctx, "go.etcd.io/etcd/tests/v3"), "integration", "clientv3", "concurrency")
-	root := filepath.Join(moduleDir(t, ctx, "github.com/seed-a9d410c6/concurrency"))
+	root := filepath.Join(moduleDir(t, ctx, hostModule))
 
 	// A directory whose name starts with "_" is part of the module (so it
 	// can import this package) but not of ./... patterns.

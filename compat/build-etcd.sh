@@ -1,0 +1,32 @@
+#!/bin/sh
+# build-etcd.sh VERSION builds the etcd server of that release (e.g. v3.6.16)
+# from the Go module proxy with the go command on PATH, caches it, and
+# prints the binary's path. A cached binary is reused when it reports the
+# version asked for. The cache is $ETCD_COMPAT_CACHE, else
+# ${XDG_CACHE_HOME:-$HOME/.cache}/concurrency-compat; building one server
+# takes a minute or two.
+#
+# etcd's server module has replace directives, so `go install
+# go.etcd.io/etcd/server/v3@VERSION` is refused; a throwaway module that
+# requires it builds it instead.
+set -eu
+v=$1
+case "$v" in v*) ;; *) v=v$v ;; esac
+cache=${ETCD_COMPAT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/concurrency-compat}
+bin=$cache/etcd-$v/etcd
+if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "^etcd Version: ${v#v}\$"; then
+	echo "$bin"
+	exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$cache/etcd-$v"
+(
+	cd "$tmp"
+	export GOWORK=off GOFLAGS=-mod=mod
+	go mod init etcdbuild >/dev/null 2>&1
+	go get "go.etcd.io/etcd/server/v3@$v" >/dev/null 2>&1 || go get "go.etcd.io/etcd/server/v3@$v" >&2
+	go build -trimpath -o "$bin.tmp" go.etcd.io/etcd/server/v3 >&2
+)
+mv "$bin.tmp" "$bin"
+echo "$bin"

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package compat
+
+import "os/exec"
+
+func setProcAttr(*exec.Cmd) {}
