@@ -25,7 +25,7 @@ func TestVersion(t *testing.T) {
 	if flag != sub {
 		t.Errorf("--version printed\n%s\nversion printed\n%s", flag, sub)
 	}
-	for _, want := range []string{"etcdlock ", "\nmodule:      github.com/seed-a9d410c6/concurrency\n", "\ncommit:      ", "\netcd client: v3.", "\ngo:          go"} {
+	for _, want := range []string{"etcdlock ", "\nmodule:      github.com/seed-a9d410c6/concurrency/cmd/etcdlock\n", "\nlibrary:     ", "\ncommit:      ", "\netcd client: v3.", "\ngo:          go"} {
 		if !strings.Contains(flag, want) {
 			t.Errorf("--version does not say %q:\n%s", want, flag)
 		}

@@ -15,7 +15,7 @@ import (
 // with VCS stamping (-buildvcs, the default in a git checkout), and the
 // version of etcd's client and of Go.
 func versionText() string {
-	version, module, commit, etcd := "(devel)", "unknown", "unknown (built without VCS information)", "unknown"
+	version, module, commit, etcd, lib := "(devel)", "unknown", "unknown (built without VCS information)", "unknown", "unknown"
 	var vcsTime, modified string
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if bi.Main.Path != "" {
@@ -35,6 +35,14 @@ func versionText() string {
 			}
 		}
 		for _, d := range bi.Deps {
+			if d.Path == "github.com/seed-a9d410c6/concurrency" {
+				// In a clone, go.work puts the tree in place of the
+				// placeholder version that go.mod requires.
+				lib = d.Version
+				if d.Replace != nil || strings.HasPrefix(d.Version, "v0.0.0-00010101000000") {
+					lib = "(devel)"
+				}
+			}
 			if d.Path == "go.etcd.io/etcd/client/v3" {
 				etcd = d.Version
 				if d.Replace != nil {
@@ -52,6 +60,7 @@ func versionText() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "etcdlock %s\n", version)
 	fmt.Fprintf(&b, "module:      %s\n", module)
+	fmt.Fprintf(&b, "library:     %s\n", lib)
 	fmt.Fprintf(&b, "commit:      %s\n", commit)
 	fmt.Fprintf(&b, "etcd client: %s\n", etcd)
 	fmt.Fprintf(&b, "go:          %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
