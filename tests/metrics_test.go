@@ -16,13 +16,14 @@ import (
 
 	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	concurrencyprom "github.com/seed-a9d410c6/concurrency/prometheus"
 )
 
 // newMetrics returns metrics registered on a fresh registry.
-func newMetrics(t testing.TB, opts ...concurrency.MetricsOption) (*concurrency.Metrics, *prometheus.Registry) {
+func newMetrics(t testing.TB, opts ...concurrencyprom.Option) (*concurrencyprom.Metrics, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := concurrency.NewMetrics(reg, opts...)
+	m, err := concurrencyprom.New(reg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestMetricsMutexAcquisitions(t *testing.T) {
 // A waiter is counted while it waits, and its wait is in the histogram.
 func TestMetricsContendedWait(t *testing.T) {
 	pfx := etcdtest.Begin(t)
-	metrics, reg := newMetrics(t, concurrency.WithLockNameLabel())
+	metrics, reg := newMetrics(t, concurrencyprom.WithLockNameLabel())
 	c := sharedClient(t)
 	m1 := concurrency.NewMutex(newSession(t, c, concurrency.WithMetrics(metrics)), pfx)
 	m2 := concurrency.NewMutex(newSession(t, c, concurrency.WithMetrics(metrics)), pfx)
@@ -320,15 +321,15 @@ func TestMetricsOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	if _, err := concurrency.NewMetrics(nil); !errors.Is(err, concurrency.ErrNilRegisterer) {
-		t.Fatalf("NewMetrics(nil) = %v, want ErrNilRegisterer", err)
+	if _, err := concurrencyprom.New(nil); !errors.Is(err, concurrencyprom.ErrNilRegisterer) {
+		t.Fatalf("New(nil) = %v, want ErrNilRegisterer", err)
 	}
-	metrics, err := concurrency.NewMetrics(reg)
+	metrics, err := concurrencyprom.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := concurrency.NewMetrics(reg); err == nil {
-		t.Fatal("a second NewMetrics on the same registry succeeded")
+	if _, err := concurrencyprom.New(reg); err == nil {
+		t.Fatal("a second New on the same registry succeeded")
 	}
 	c := sharedClient(t)
 	off := concurrency.NewMutex(newSession(t, c), pfx+"/off")
@@ -342,7 +343,7 @@ func TestMetricsOff(t *testing.T) {
 	}
 	buf := make([]byte, 1<<22)
 	stacks := string(buf[:runtime.Stack(buf, true)])
-	for _, file := range []string{"concurrency/metrics.go", "concurrency/trace.go"} {
+	for _, file := range []string{"concurrency/metrics.go", "concurrency/trace.go", "concurrency/prometheus/metrics.go"} {
 		if strings.Contains(stacks, file) {
 			t.Errorf("a goroutine runs in %s", file)
 		}
