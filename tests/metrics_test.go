@@ -362,6 +362,34 @@ func TestMetricsOff(t *testing.T) {
 	}
 }
 
+// A nil *concurrencyprom.Metrics given to WithMetrics (as a program that
+// creates its metrics only when asked may do) records nothing and breaks
+// nothing: a lock, a TryLock miss and an election run as without metrics.
+func TestMetricsNilPrometheus(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	var metrics *concurrencyprom.Metrics
+	c := sharedClient(t)
+	s1 := newSession(t, c, concurrency.WithMetrics(metrics))
+	s2 := newSession(t, c, concurrency.WithMetrics(metrics))
+	m1, m2 := concurrency.NewMutex(s1, pfx+"/m"), concurrency.NewMutex(s2, pfx+"/m")
+	if err := m1.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.TryLock(t.Context()); !errors.Is(err, concurrency.ErrLocked) {
+		t.Fatalf("TryLock = %v, want ErrLocked", err)
+	}
+	if err := m1.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e := concurrency.NewElection(s1, pfx+"/e")
+	if err := e.Campaign(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func names(mfs []*dto.MetricFamily) string {
 	var b strings.Builder
 	for _, mf := range mfs {
