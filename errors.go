@@ -88,9 +88,6 @@ var (
 	// candidate, and so no leader.
 	ErrElectionNoLeader = errors.New("election: no leader")
 
-	// ErrNilRegisterer is returned by NewMetrics when the registerer is nil.
-	ErrNilRegisterer = errors.New("concurrency: nil prometheus registerer")
-
 	// ErrDuplicateName is returned by LockAll and UnlockAll when two of
 	// the Mutexes given are distinct values with one lock name: on two
 	// sessions they would wait for each other for ever, and on one they

@@ -3,23 +3,24 @@ package concurrency
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// This file is the package's Prometheus metrics: what they are (Metrics),
-// how a session gets them (WithMetrics, WithLeadMetrics), and the hooks that
-// the shared code calls: acquire (queue.go) for acquisitions and waits, hold
-// (hold.go) for the end of a tenure, the keepalive loop (session.go) for
-// renewals. A session without metrics and without a tracer provider has no
+// This file is the package's metrics: what it reports (MetricsRecorder),
+// how a session gets a recorder (WithMetrics, WithLeadMetrics), and the
+// hooks that the shared code calls: acquire (queue.go) for acquisitions
+// and waits, hold (hold.go) for the end of a tenure, the keepalive loop
+// (session.go) for renewals. The Prometheus metrics are in the nested
+// module prometheus/, so that importers who do not want them do not build
+// client_golang (issue 22). A session without metrics and without a tracer provider has no
 // instruments: every hook is then a nil check. Spans are in trace.go.
 
-// The kinds of lock, as the label "kind" of the metrics and the attribute
-// concurrency.kind of the spans.
+// The kinds of lock, as the kind told to a MetricsRecorder (the label
+// "kind" of the Prometheus metrics) and the attribute concurrency.kind of
+// the spans.
 const (
 	kindMutex     = "mutex"
 	kindElection  = "election"
@@ -28,7 +29,8 @@ const (
 	kindWrite     = "rwmutex_write"
 )
 
-// Why a hold ended, as the label "cause" of etcd_lock_holds_ended_total.
+// Why a hold ended, as the cause told to MetricsRecorder.HoldEnded (the
+// label "cause" of etcd_lock_holds_ended_total).
 const (
 	causeReleased   = "released"         // Unlock, Release, RUnlock, Resign
 	causeKeyDeleted = "lost_key_deleted" // the key was deleted by someone else
@@ -42,127 +44,98 @@ const (
 // lost_key_deleted when a hold's key was deleted with its lease.
 var errLeaseLost = errors.New("revoked or expired")
 
-// waitBuckets suit waits from 1 ms to a minute; holdBuckets go on to an hour.
-var (
-	waitBuckets      = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
-	holdBuckets      = append(append([]float64(nil), waitBuckets...), 300, 900, 3600)
-	keepaliveBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
-)
-
-// Metrics is a set of Prometheus metrics for the sessions, locks,
-// elections and Leads given it (WithMetrics, WithLeadMetrics). One Metrics
-// may serve any number of sessions, from any goroutine. The README lists
-// every metric with queries to graph it.
+// MetricsRecorder receives what the sessions, locks, elections and Leads
+// given it (WithMetrics, WithLeadMetrics) measure. This package imports no
+// metrics library: the module github.com/seed-a9d410c6/concurrency/prometheus
+// implements MetricsRecorder with Prometheus metrics (package
+// concurrencyprom), and any other implementation may be given instead.
 //
-// The lock metrics have the label kind (mutex, election, semaphore,
-// rwmutex_read, rwmutex_write), and name (the lock name) only with
-// WithLockNameLabel. The leadership metrics always have the label name, the
-// election's name: there is one series per election this process takes
-// part in.
-type Metrics struct {
-	nameLabel bool
-
-	acquisitions *prometheus.CounterVec
-	misses       *prometheus.CounterVec
-	failures     *prometheus.CounterVec
-	wait         *prometheus.HistogramVec
-	held         *prometheus.HistogramVec
-	ended        *prometheus.CounterVec
-	waiters      *prometheus.GaugeVec
-	holders      *prometheus.GaugeVec
-
-	keepalive         prometheus.Histogram
-	keepaliveFailures prometheus.Counter
-	deadlineExpiries  prometheus.Counter
-
-	leader        *prometheus.GaugeVec
-	leaderChanges *prometheus.CounterVec
-}
-
-type metricsOptions struct {
-	nameLabel bool
-}
-
-// MetricsOption configures NewMetrics.
-type MetricsOption func(*metricsOptions)
-
-// WithLockNameLabel adds the label name, the lock name, to the lock metrics
-// (off by default). Each lock name then has its own series: use it only
-// with a small, fixed set of names, as every name ever used stays exported
-// for the life of the process.
-func WithLockNameLabel() MetricsOption {
-	return func(o *metricsOptions) { o.nameLabel = true }
-}
-
-// NewMetrics creates the package's metrics and registers them with reg. It
-// starts nothing; the metrics move only for sessions given WithMetrics and
-// Leads given WithLeadMetrics. Nothing is ever registered with
-// prometheus.DefaultRegisterer unless it is reg.
+// The lock methods say which lock with kind and name: kind is one of
+// "mutex", "election", "semaphore", "rwmutex_read" and "rwmutex_write", and
+// name is the lock's name (its key prefix without the trailing "/"); how
+// many names a process uses is up to its user, so a recorder that makes a
+// series per name should let its user opt in. An acquisition reports, in
+// order: WaitStarted and WaitEnded if it waited in the queue (a TryLock
+// never does), then one of Acquired, TryLockMissed or AcquireFailed, and
+// for an election also LeaderStarted after Acquired. A hold that was
+// Acquired reports HoldEnded exactly once, and, for an election,
+// LeaderEnded just after it.
 //
-// It returns ErrNilRegisterer for a nil reg, and the registry's error if a
-// metric of the same name is already registered there (a second
-// NewMetrics on the same registry: share one Metrics instead, or wrap reg
-// with prometheus.WrapRegistererWith to tell them apart). On error nothing
-// stays registered.
-func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) (*Metrics, error) {
-	if reg == nil {
-		return nil, ErrNilRegisterer
-	}
-	var o metricsOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	lock := []string{"kind"}
-	if o.nameLabel {
-		lock = append(lock, "name")
-	}
-	const ns, sub = "etcd", "lock"
-	m := &Metrics{
-		nameLabel: o.nameLabel,
-		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "acquisitions_total", Help: "Locks, semaphore permits and leaderships acquired."}, lock),
-		misses: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "trylock_misses_total", Help: "TryLock, TryAcquire, TryRLock calls that found the lock held."}, lock),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "acquire_failures_total", Help: "Acquisitions that ended without the lock: context ended, session ended, etcd error."}, lock),
-		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
-			Name: "wait_seconds", Help: "Time from the call to the hold, of each acquisition that succeeded.", Buckets: waitBuckets}, lock),
-		held: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
-			Name: "hold_seconds", Help: "How long each hold lasted, whatever ended it.", Buckets: holdBuckets}, lock),
-		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "holds_ended_total", Help: "Holds ended, by cause: released, lost_key_deleted, lost_lease, session_expired."}, append([]string{"cause"}, lock...)),
-		waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "waiters", Help: "Acquisitions of this process waiting in a queue now."}, lock),
-		holders: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "holders", Help: "Holds of this process now."}, lock),
-		keepalive: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
-			Name: "session_keepalive_seconds", Help: "Round-trip time of each answered lease renewal.", Buckets: keepaliveBuckets}),
-		keepaliveFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "session_keepalive_failures_total", Help: "Lease renewals that failed (and were retried)."}),
-		deadlineExpiries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "session_deadline_expirations_total", Help: "Sessions ended because their conservative deadline passed without a renewal."}),
-		leader: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "leader", Help: "1 while this process leads the election name, else 0."}, []string{"name"}),
-		leaderChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "leader_changes_total", Help: "Times this process became the leader of the election name."}, []string{"name"}),
-	}
-	cs := []prometheus.Collector{m.acquisitions, m.misses, m.failures, m.wait, m.held, m.ended, m.waiters, m.holders,
-		m.keepalive, m.keepaliveFailures, m.deadlineExpiries, m.leader, m.leaderChanges}
-	for i, c := range cs {
-		if err := reg.Register(c); err != nil {
-			for _, c := range cs[:i] {
-				reg.Unregister(c)
-			}
-			return nil, fmt.Errorf("concurrency: NewMetrics: %w", err)
-		}
-	}
-	return m, nil
+// Every method is called synchronously on the path it measures (for
+// instance between the grant of a lock and the return of Lock), possibly
+// from many goroutines at once: an implementation must be safe for
+// concurrent use, must not block, and must not call back into this
+// package. A method that is called after its session has been closed must
+// still return.
+type MetricsRecorder interface {
+	// WaitStarted is called when an acquisition (Lock, Campaign, Acquire,
+	// RLock...) begins to wait for the keys ahead of its own, from the
+	// goroutine that called it (for Lead, the goroutine Lead runs in).
+	WaitStarted(kind, name string)
+
+	// WaitEnded is called when an acquisition that reported WaitStarted
+	// stops waiting, whatever the outcome, from the same goroutine, just
+	// before that outcome is reported. Every WaitStarted is followed by
+	// exactly one WaitEnded.
+	WaitEnded(kind, name string)
+
+	// Acquired is called when an acquisition holds the lock (or a permit,
+	// or the leadership), from the goroutine that called it, before the
+	// call returns. wait is the time from the call to the hold.
+	Acquired(kind, name string, wait time.Duration)
+
+	// TryLockMissed is called when a TryLock, TryAcquire or TryRLock finds
+	// the lock held, from the goroutine that called it.
+	TryLockMissed(kind, name string)
+
+	// AcquireFailed is called when an acquisition ends without the lock
+	// for any other reason (its context ended, the session ended, an etcd
+	// error), from the goroutine that called it.
+	AcquireFailed(kind, name string)
+
+	// HoldEnded is called once for each hold that was Acquired, when it
+	// ends, with how long it lasted and why, cause being one of
+	// "released" (Unlock, Release, RUnlock, Resign), "lost_key_deleted"
+	// (someone else deleted the key), "lost_lease" (the lease was revoked
+	// or expired on the server) and "session_expired" (the session ended:
+	// its conservative deadline, Close, its context). It is called from
+	// the goroutine that ends the hold: for a release or a loss, the one
+	// that releases it or the hold's watch goroutine, before the hold's
+	// context ends; for the session's end, a goroutine started by it
+	// (context.AfterFunc), after.
+	HoldEnded(kind, name, cause string, held time.Duration)
+
+	// LeaderStarted is called just after Acquired when the hold is an
+	// election's leadership (kind "election"), from the same goroutine:
+	// this process now leads the election name.
+	LeaderStarted(name string)
+
+	// LeaderEnded is called just after HoldEnded of an election's
+	// leadership, from the same goroutine: this process no longer leads
+	// the election name.
+	LeaderEnded(name string)
+
+	// KeepAlive is called after each answered lease renewal, with its
+	// round-trip time, from the session's keepalive goroutine.
+	KeepAlive(rtt time.Duration)
+
+	// KeepAliveFailed is called after each failed lease renewal (it is
+	// retried), from the session's keepalive goroutine.
+	KeepAliveFailed()
+
+	// DeadlineExpired is called when a session ends because its
+	// conservative deadline passed without a renewal, from the session's
+	// keepalive goroutine, before the session's context ends.
+	DeadlineExpired()
 }
 
 // WithMetrics has the session, and every Mutex, Election, Semaphore and
-// RWMutex on it, report to m. A nil m is ignored (the default: no metrics).
-func WithMetrics(m *Metrics) SessionOption {
-	return func(o *sessionOptions) { o.metrics = m }
+// RWMutex on it, report to r. A nil r is ignored (the default: no metrics,
+// and no call of any recorder). For Prometheus metrics, r is a
+// concurrencyprom.Metrics (module
+// github.com/seed-a9d410c6/concurrency/prometheus).
+func WithMetrics(r MetricsRecorder) SessionOption {
+	return func(o *sessionOptions) { o.metrics = r }
 }
 
 // WithTracerProvider has the session, and every lock on it, record spans
@@ -174,11 +147,12 @@ func WithTracerProvider(tp trace.TracerProvider) SessionOption {
 	return func(o *sessionOptions) { o.tracerProvider = tp }
 }
 
-// WithLeadMetrics has the sessions of Lead report to m, as WithMetrics does:
-// in particular etcd_lock_leader{name} is 1 while Lead leads. A nil m is
-// ignored (the default).
-func WithLeadMetrics(m *Metrics) LeadOption {
-	return func(o *leadOptions) { o.sessionOpts = append(o.sessionOpts, WithMetrics(m)) }
+// WithLeadMetrics has the sessions of Lead report to r, as WithMetrics does:
+// in particular r is told LeaderStarted when Lead begins to lead and
+// LeaderEnded when it stops (with concurrencyprom, etcd_lock_leader{name}
+// is 1 while Lead leads). A nil r is ignored (the default).
+func WithLeadMetrics(r MetricsRecorder) LeadOption {
+	return func(o *leadOptions) { o.sessionOpts = append(o.sessionOpts, WithMetrics(r)) }
 }
 
 // WithLeadTracerProvider has the sessions of Lead record spans with tp, as
@@ -191,11 +165,11 @@ func WithLeadTracerProvider(tp trace.TracerProvider) LeadOption {
 // unless given WithMetrics or WithTracerProvider. Every method may be
 // called on nil, and then does nothing.
 type instruments struct {
-	m      *Metrics     // nil without metrics
-	tracer trace.Tracer // nil without a tracer provider
+	m      MetricsRecorder // nil without metrics
+	tracer trace.Tracer    // nil without a tracer provider
 }
 
-func newInstruments(m *Metrics, tp trace.TracerProvider) *instruments {
+func newInstruments(m MetricsRecorder, tp trace.TracerProvider) *instruments {
 	if m == nil && tp == nil {
 		return nil
 	}
@@ -209,21 +183,13 @@ func newInstruments(m *Metrics, tp trace.TracerProvider) *instruments {
 // lockName is the name of the lock whose keys are under pfx.
 func lockName(pfx string) string { return strings.TrimSuffix(pfx, "/") }
 
-// labels are the lock metrics' label values.
-func (m *Metrics) labels(kind, name string) []string {
-	if m.nameLabel {
-		return []string{kind, name}
-	}
-	return []string{kind}
-}
-
 // missed counts a TryLock that missed without reaching acquire: another
 // goroutine holds or is acquiring the same value.
 func (i *instruments) missed(r rule) {
 	if i == nil || i.m == nil {
 		return
 	}
-	i.m.misses.WithLabelValues(i.m.labels(r.kind, lockName(r.pfx))...).Inc()
+	i.m.TryLockMissed(r.kind, lockName(r.pfx))
 }
 
 // renewed records a keepalive sent at sent that ended with err.
@@ -232,10 +198,10 @@ func (i *instruments) renewed(sent time.Time, err error) {
 		return
 	}
 	if err != nil {
-		i.m.keepaliveFailures.Inc()
+		i.m.KeepAliveFailed()
 		return
 	}
-	i.m.keepalive.Observe(time.Since(sent).Seconds())
+	i.m.KeepAlive(time.Since(sent))
 }
 
 // deadlinePassed records a session ended by its conservative deadline.
@@ -243,7 +209,7 @@ func (i *instruments) deadlinePassed() {
 	if i == nil || i.m == nil {
 		return
 	}
-	i.m.deadlineExpiries.Inc()
+	i.m.DeadlineExpired()
 }
 
 // acquisition is one call of acquire, as the instruments see it.
@@ -282,7 +248,7 @@ func (a *acquisition) wait() {
 	}
 	a.waiting = true
 	if m := a.i.m; m != nil {
-		m.waiters.WithLabelValues(m.labels(a.kind, a.name)...).Inc()
+		m.WaitStarted(a.kind, a.name)
 	}
 	a.spanWait()
 }
@@ -293,27 +259,23 @@ func (a *acquisition) done(h *hold, err error) {
 		return
 	}
 	if m := a.i.m; m != nil {
-		lv := m.labels(a.kind, a.name)
 		if a.waiting {
-			m.waiters.WithLabelValues(lv...).Dec()
+			m.WaitEnded(a.kind, a.name)
 		}
 		switch {
 		case err == nil:
-			m.acquisitions.WithLabelValues(lv...).Inc()
-			m.wait.WithLabelValues(lv...).Observe(time.Since(a.start).Seconds())
-			m.holders.WithLabelValues(lv...).Inc()
+			m.Acquired(a.kind, a.name, time.Since(a.start))
 			if a.kind == kindElection {
-				m.leader.WithLabelValues(a.name).Inc()
-				m.leaderChanges.WithLabelValues(a.name).Inc()
+				m.LeaderStarted(a.name)
 			}
 			h.obs = &holdObs{m: m, kind: a.kind, name: a.name}
 			// The session's end cancels the hold's context without a
 			// call to finish: record it then. Nothing runs until then.
 			h.stopObs = context.AfterFunc(h.ctx, func() { h.obs.ended(h, context.Cause(h.ctx)) })
 		case errors.Is(err, ErrLocked):
-			m.misses.WithLabelValues(lv...).Inc()
+			m.TryLockMissed(a.kind, a.name)
 		default:
-			m.failures.WithLabelValues(lv...).Inc()
+			m.AcquireFailed(a.kind, a.name)
 		}
 	}
 	if h != nil {
@@ -324,19 +286,16 @@ func (a *acquisition) done(h *hold, err error) {
 
 // holdObs records the end of a hold.
 type holdObs struct {
-	m    *Metrics
+	m    MetricsRecorder
 	kind string
 	name string
 }
 
 // ended records that h ended with cause; it is called once per hold.
 func (o *holdObs) ended(h *hold, cause error) {
-	lv := o.m.labels(o.kind, o.name)
-	o.m.holders.WithLabelValues(lv...).Dec()
-	o.m.held.WithLabelValues(lv...).Observe(time.Since(h.since).Seconds())
-	o.m.ended.WithLabelValues(append([]string{causeLabel(cause)}, lv...)...).Inc()
+	o.m.HoldEnded(o.kind, o.name, causeLabel(cause), time.Since(h.since))
 	if o.kind == kindElection {
-		o.m.leader.WithLabelValues(o.name).Dec()
+		o.m.LeaderEnded(o.name)
 	}
 }
 

@@ -614,7 +614,7 @@ type sessionOptions struct {
 	leaseID clientv3.LeaseID
 	ctx     context.Context
 
-	metrics        *Metrics             // WithMetrics
+	metrics        MetricsRecorder      // WithMetrics
 	tracerProvider trace.TracerProvider // WithTracerProvider
 }
 

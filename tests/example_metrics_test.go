@@ -11,9 +11,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency"
+	concurrencyprom "github.com/seed-a9d410c6/concurrency/prometheus"
 )
 
-func ExampleNewMetrics() {
+func Example_metrics() {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints()})
 	if err != nil {
 		log.Fatal(err)
@@ -24,7 +25,7 @@ func ExampleNewMetrics() {
 	// A registry of the program's own (or prometheus.DefaultRegisterer),
 	// served with promhttp.HandlerFor(reg, ...) on /metrics.
 	reg := prometheus.NewRegistry()
-	metrics, err := concurrency.NewMetrics(reg)
+	metrics, err := concurrencyprom.New(reg)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -50,6 +50,7 @@ require (
 	github.com/olekukonko/tablewriter v1.1.4 // indirect
 	github.com/prometheus/common v0.67.5 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
+	github.com/seed-a9d410c6/concurrency/prometheus v0.0.0-00010101000000-000000000000
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/soheilhy/cmux v0.1.5 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
@@ -92,3 +93,5 @@ require (
 replace github.com/seed-a9d410c6/concurrency => ../
 
 replace github.com/seed-a9d410c6/concurrency/internal => ../internal
+
+replace github.com/seed-a9d410c6/concurrency/prometheus => ../prometheus

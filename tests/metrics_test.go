@@ -16,13 +16,14 @@ import (
 
 	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	concurrencyprom "github.com/seed-a9d410c6/concurrency/prometheus"
 )
 
 // newMetrics returns metrics registered on a fresh registry.
-func newMetrics(t testing.TB, opts ...concurrency.MetricsOption) (*concurrency.Metrics, *prometheus.Registry) {
+func newMetrics(t testing.TB, opts ...concurrencyprom.Option) (*concurrencyprom.Metrics, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := concurrency.NewMetrics(reg, opts...)
+	m, err := concurrencyprom.New(reg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestMetricsMutexAcquisitions(t *testing.T) {
 // A waiter is counted while it waits, and its wait is in the histogram.
 func TestMetricsContendedWait(t *testing.T) {
 	pfx := etcdtest.Begin(t)
-	metrics, reg := newMetrics(t, concurrency.WithLockNameLabel())
+	metrics, reg := newMetrics(t, concurrencyprom.WithLockNameLabel())
 	c := sharedClient(t)
 	m1 := concurrency.NewMutex(newSession(t, c, concurrency.WithMetrics(metrics)), pfx)
 	m2 := concurrency.NewMutex(newSession(t, c, concurrency.WithMetrics(metrics)), pfx)
@@ -320,15 +321,15 @@ func TestMetricsOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	if _, err := concurrency.NewMetrics(nil); !errors.Is(err, concurrency.ErrNilRegisterer) {
-		t.Fatalf("NewMetrics(nil) = %v, want ErrNilRegisterer", err)
+	if _, err := concurrencyprom.New(nil); !errors.Is(err, concurrencyprom.ErrNilRegisterer) {
+		t.Fatalf("New(nil) = %v, want ErrNilRegisterer", err)
 	}
-	metrics, err := concurrency.NewMetrics(reg)
+	metrics, err := concurrencyprom.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := concurrency.NewMetrics(reg); err == nil {
-		t.Fatal("a second NewMetrics on the same registry succeeded")
+	if _, err := concurrencyprom.New(reg); err == nil {
+		t.Fatal("a second New on the same registry succeeded")
 	}
 	c := sharedClient(t)
 	off := concurrency.NewMutex(newSession(t, c), pfx+"/off")
@@ -342,7 +343,7 @@ func TestMetricsOff(t *testing.T) {
 	}
 	buf := make([]byte, 1<<22)
 	stacks := string(buf[:runtime.Stack(buf, true)])
-	for _, file := range []string{"concurrency/metrics.go", "concurrency/trace.go"} {
+	for _, file := range []string{"concurrency/metrics.go", "concurrency/trace.go", "concurrency/prometheus/metrics.go"} {
 		if strings.Contains(stacks, file) {
 			t.Errorf("a goroutine runs in %s", file)
 		}
@@ -358,6 +359,34 @@ func TestMetricsOff(t *testing.T) {
 	}
 	if names(after) != names(before) {
 		t.Errorf("the default registry changed:\nbefore %s\nafter  %s", names(before), names(after))
+	}
+}
+
+// A nil *concurrencyprom.Metrics given to WithMetrics (as a program that
+// creates its metrics only when asked may do) records nothing and breaks
+// nothing: a lock, a TryLock miss and an election run as without metrics.
+func TestMetricsNilPrometheus(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	var metrics *concurrencyprom.Metrics
+	c := sharedClient(t)
+	s1 := newSession(t, c, concurrency.WithMetrics(metrics))
+	s2 := newSession(t, c, concurrency.WithMetrics(metrics))
+	m1, m2 := concurrency.NewMutex(s1, pfx+"/m"), concurrency.NewMutex(s2, pfx+"/m")
+	if err := m1.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.TryLock(t.Context()); !errors.Is(err, concurrency.ErrLocked) {
+		t.Fatalf("TryLock = %v, want ErrLocked", err)
+	}
+	if err := m1.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e := concurrency.NewElection(s1, pfx+"/e")
+	if err := e.Campaign(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Resign(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/seed-a9d410c6/concurrency"
+	concurrencyprom "github.com/seed-a9d410c6/concurrency/prometheus"
 )
 
 // metricsFlagUsage is the help of --metrics-addr, for lock and elect.
@@ -60,9 +61,11 @@ func (h *health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // served is what serveMetrics serves: the package's metrics, and the
-// health that /healthz reports. Both are nil without an address.
+// health that /healthz reports. Both are nil without an address (an
+// interface, so that WithMetrics is given a nil recorder, not a nil
+// *concurrencyprom.Metrics in one).
 type served struct {
-	metrics *concurrency.Metrics
+	metrics concurrency.MetricsRecorder
 	health  *health
 }
 
@@ -86,7 +89,7 @@ func serveMetrics(addr string, quiet bool, stderr io.Writer, holding string) (se
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := concurrency.NewMetrics(reg, concurrency.WithLockNameLabel())
+	m, err := concurrencyprom.New(reg, concurrencyprom.WithLockNameLabel())
 	if err != nil {
 		return served{}, nil, err
 	}

@@ -4,11 +4,12 @@ go 1.26.0
 
 require (
 	github.com/prometheus/client_golang v1.23.2
-	github.com/seed-a9d410c6/concurrency v0.0.0-00010101000000-000000000000
 	github.com/seed-a9d410c6/concurrency/internal v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.27.1
 )
+
+require github.com/seed-a9d410c6/concurrency v0.0.0-00010101000000-000000000000 // indirect
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -32,6 +33,7 @@ require (
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.67.5 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
+	github.com/seed-a9d410c6/concurrency/prometheus v0.0.0-00010101000000-000000000000
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/soheilhy/cmux v0.1.5 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
@@ -71,3 +73,5 @@ require (
 replace github.com/seed-a9d410c6/concurrency => ../../
 
 replace github.com/seed-a9d410c6/concurrency/internal => ../../internal
+
+replace github.com/seed-a9d410c6/concurrency/prometheus => ../../prometheus

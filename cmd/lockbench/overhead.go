@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+	concurrencyprom "github.com/seed-a9d410c6/concurrency/prometheus"
 )
 
 // overhead is the cost of the package's metrics: the same workloads with
@@ -25,7 +25,7 @@ type overhead struct {
 // goes first in each round so that drift falls on both alike.
 func measureOverhead(ctx context.Context, cfg config, env func(int) lockbench.Env, root string) (*overhead, error) {
 	reg := prometheus.NewRegistry()
-	m, err := concurrency.NewMetrics(reg)
+	m, err := concurrencyprom.New(reg)
 	if err != nil {
 		return nil, err
 	}

@@ -115,7 +115,7 @@ func Named(name string) (Impl, bool) {
 
 // OursWithMetrics is this module's package with its Prometheus metrics on,
 // reporting to m: the metrics overhead is this ÷ Ours.
-func OursWithMetrics(m *concurrency.Metrics) Impl {
+func OursWithMetrics(m concurrency.MetricsRecorder) Impl {
 	i := Ours
 	i.Name = "ours+metrics"
 	i.NewSession = func(ctx context.Context, c *clientv3.Client, ttl int) (Session, error) {
