@@ -93,4 +93,10 @@ var (
 	// sessions they would wait for each other for ever, and on one they
 	// would share a key.
 	ErrDuplicateName = errors.New("concurrency: two locks of one name")
+
+	// ErrLeaderStuck is returned by LeaderStatus.Check when a Lead's term
+	// outlived its leadership: it still says leading past its session's
+	// conservative deadline, or its fn still runs after the leadership
+	// ended.
+	ErrLeaderStuck = errors.New("concurrency: leader stuck")
 )

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"time"
 
@@ -32,7 +34,8 @@ const leaderFinalRead = time.Second
 // elected, calls fn as the leader. It blocks until fn returns as the
 // leader, ctx ends, or an error that retrying cannot fix.
 //
-// Each term runs on a new Session (WithLeadTTL sets its TTL; default 60 s)
+// Each term runs on a new Session (WithLeadTTL sets its TTL; default 60 s,
+// and why)
 // and a new Election on it. Once Campaign has won, fn is called with the
 // Election, whose Rev is the term's fencing token and whose Txn writes only
 // while the term lasts, and with a context that is cancelled as soon as the
@@ -168,14 +171,14 @@ func (l *leader) term(ctx context.Context) (retry bool, lasted time.Duration, er
 	}
 
 	since := time.Now()
-	l.o.status.set(true, since, e.Rev())
-	defer l.o.status.set(false, time.Time{}, 0) // also if fn panics
+	l.o.status.begin(s, since, e.Rev())
+	defer l.o.status.clear() // also if fn panics
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	lostc := make(chan struct{})
 	stop := context.AfterFunc(lctx, func() {
 		defer close(lostc)
-		l.o.status.set(false, time.Time{}, 0)
+		l.o.status.lost(time.Now())
 		cancel(context.Cause(lctx))
 	})
 	fnErr := l.fn(fctx, e)
@@ -236,7 +239,7 @@ func (l *leader) failed(ctx context.Context, err error) (bool, time.Duration, er
 // bounded by cleanupTimeout. It returns an error only if neither worked, so
 // that the key stays until the lease expires.
 func (l *leader) handOver(ctx context.Context, e *Election, closeSession func() error) error {
-	l.o.status.set(false, time.Time{}, 0)
+	l.o.status.clear()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	rerr := e.Resign(rctx)
@@ -318,6 +321,24 @@ type LeadOption func(*leadOptions)
 // resigning. A TTL of zero or less makes Lead return an error matching
 // ErrInvalidTTL.
 //
+// The default is kept at 60 s, etcd's session default, rather than
+// client-go's 15 s lease, because the TTL weighs two failures against each
+// other, and Lead already takes care of the common one. A Lead that
+// returns, or whose ctx ends (a rolling update, SIGTERM), resigns at once,
+// and the next candidate leads after one commit, whatever the TTL; only a
+// leader that dies without resigning (a crash, SIGKILL, a lost host) keeps
+// the others waiting for up to the TTL. The TTL is also how long a leader
+// keeps its term while it cannot renew its lease: its session's
+// conservative deadline is about one TTL after the last renewal sent, so a
+// shorter TTL turns shorter etcd trouble (a leader election, a member
+// restart, a slow disk, a long pause of this process) into a lost term, fn
+// cancelled and its work started again elsewhere. client-go's leases are
+// judged on the clocks of the candidates; etcd expires the lease itself,
+// so no margin for clock skew is needed here either way. A drop-in for
+// etcd's package also fails over as it did. Services that cannot wait a
+// minute after a leader's crash should pass WithLeadTTL(15), or less,
+// accepting that an etcd outage of that length ends the term.
+//
 // Lead takes no other SessionOption: each term needs a new lease (so not
 // WithLease), and Lead's own ctx, not the session's, says when to stop (so
 // not WithContext; the sessions carry ctx's values).
@@ -353,9 +374,10 @@ func WithLeaderChanges(fn func(LeaderInfo)) LeadOption {
 }
 
 // WithStatus has Lead record in st whether it is the leader, and since
-// when, for a health or readiness endpoint to read. st may be read from
-// any goroutine; pass it to one Lead at a time. A nil st is ignored (the
-// default).
+// when, and whether a term outlived its leadership, for a health endpoint
+// (LeaderStatus.Check, Handler) or a readiness gate (LeaderStatus.Wait).
+// st may be read from any goroutine; pass it to one Lead at a time. A nil
+// st is ignored (the default).
 func WithStatus(st *LeaderStatus) LeadOption {
 	return func(o *leadOptions) { o.status = st }
 }
@@ -369,14 +391,22 @@ type LeaderInfo struct {
 }
 
 // LeaderStatus records whether a Lead is the leader, for operators: a
-// health endpoint, or a gauge that reads Leading when it is scraped. Its
-// zero value is ready to use and reports not leading. It is safe for use
-// by several goroutines.
+// health endpoint (Check, Handler), a readiness gate (Wait), or a gauge
+// that reads Leading when it is scraped. Its zero value is ready to use and
+// reports not leading. It is safe for use by several goroutines.
 type LeaderStatus struct {
-	mu      sync.Mutex // guards leading, since and rev
+	mu      sync.Mutex // guards the fields below
 	leading bool
 	since   time.Time
 	rev     int64
+	// term is the session of the term whose fn runs, and ended when its
+	// leadership ended or may have ended while fn still runs (zero while
+	// it leads); nil and zero when no fn runs.
+	term  *Session
+	ended time.Time
+	// changed is closed, and set to nil, when leading changes; Wait makes
+	// it.
+	changed chan struct{}
 }
 
 // Leading reports whether the Lead that st was given to is the leader now,
@@ -397,13 +427,138 @@ func (st *LeaderStatus) Rev() int64 {
 	return st.rev
 }
 
-func (st *LeaderStatus) set(leading bool, since time.Time, rev int64) {
+// Wait blocks until the Lead that st was given to is the leader, as
+// Leading reports it, or ctx ends, and does not talk to etcd. It returns
+// nil at once if it leads already, and an error matching ctx.Err() if ctx
+// ends first; it waits for as long as ctx lasts, also when no Lead runs
+// (one may start later) or the Lead has returned. Like Curator's
+// LeaderLatch.await, it is for code that must not start before this
+// process leads (a readiness gate); it runs nothing, and the leadership
+// may end at any moment after it returns: work that needs the leadership
+// belongs in Lead's fn, under its context.
+func (st *LeaderStatus) Wait(ctx context.Context) error {
+	for {
+		st.mu.Lock()
+		if st.leading {
+			st.mu.Unlock()
+			return nil
+		}
+		if st.changed == nil {
+			st.changed = make(chan struct{})
+		}
+		changed := st.changed
+		st.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Check reports whether the Lead that st was given to is stuck: nil
+// unless a term's fn still runs more than tolerance after the term's
+// leadership ended or may have ended, which is an error matching
+// ErrLeaderStuck. That is, either
+//
+//   - st still says leading more than tolerance past the conservative
+//     deadline of the term's session (Session.Deadline): the session should
+//     have ended the term at its deadline, so the process is too starved
+//     or paused to notice that its lease may have expired, and another
+//     candidate may lead; or
+//   - the leadership ended (lost, deadline passed, resigned in fn) more
+//     than tolerance ago, and fn has not returned: fn ignores its context
+//     and may still act as the leader, and Lead cannot campaign again
+//     until it returns.
+//
+// Not leading is healthy: followers, a Lead between terms, and no Lead at
+// all pass. Check never blocks and does not talk to etcd; a tolerance
+// below 0 counts as 0. Like client-go's leader-election HealthzAdaptor, it
+// is meant for a liveness probe, whose failure restarts the process: pick
+// a tolerance that covers a scheduling hiccup (client-go suggests a few
+// seconds), since the term's end is noticed by goroutines that need a
+// moment to run.
+func (st *LeaderStatus) Check(tolerance time.Duration) error {
+	st.mu.Lock()
+	term, leading, ended := st.term, st.leading, st.ended
+	st.mu.Unlock()
+	if term == nil {
+		return nil
+	}
+	tolerance = max(tolerance, 0)
+	now := time.Now()
+	if leading {
+		if late := now.Sub(term.Deadline()); late > tolerance {
+			return fmt.Errorf("%w: leading %v past the term's conservative deadline", ErrLeaderStuck, late.Round(time.Millisecond))
+		}
+		return nil
+	}
+	if late := now.Sub(ended); late > tolerance {
+		return fmt.Errorf("%w: fn still runs %v after its leadership ended", ErrLeaderStuck, late.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// Handler returns an http.Handler for a liveness endpoint: it answers 200
+// "ok" while Check(tolerance) passes, and 500 with Check's error
+// otherwise, whatever the request.
+func (st *LeaderStatus) Handler(tolerance time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if err := st.Check(tolerance); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+}
+
+// begin records that a term on session s won at since with token rev, and
+// that its fn is about to run.
+func (st *LeaderStatus) begin(s *Session, since time.Time, rev int64) {
 	if st == nil {
 		return
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.leading, st.since, st.rev = leading, since, rev
+	st.leading, st.since, st.rev = true, since, rev
+	st.term, st.ended = s, time.Time{}
+	st.notifyLocked()
+}
+
+// lost records that the leadership of the running fn ended, or may have
+// ended, at when.
+func (st *LeaderStatus) lost(when time.Time) {
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.leading, st.since, st.rev = false, time.Time{}, 0
+	if st.term != nil && st.ended.IsZero() {
+		st.ended = when
+	}
+	st.notifyLocked()
+}
+
+// clear records that no fn runs, and so no term leads.
+func (st *LeaderStatus) clear() {
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.leading, st.since, st.rev = false, time.Time{}, 0
+	st.term, st.ended = nil, time.Time{}
+	st.notifyLocked()
+}
+
+// notifyLocked wakes the goroutines in Wait, which look at leading again.
+func (st *LeaderStatus) notifyLocked() {
+	if st.changed != nil {
+		close(st.changed)
+		st.changed = nil
+	}
 }
 
 // watchLeaders reports the leader of the election pfx to notify each time

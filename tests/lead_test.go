@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -465,5 +469,128 @@ func TestLeadMemberRestart(t *testing.T) {
 	defer mu.Unlock()
 	if overlaps != 0 {
 		t.Fatalf("%d times two fns ran at once", overlaps)
+	}
+}
+
+// LeaderStatus.Wait returns once Lead leads, and with ctx's error while
+// it does not.
+func TestLeaderStatusWait(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	var st concurrency.LeaderStatus
+	short, cancelShort := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancelShort()
+	if err := st.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait without a Lead = %v, want DeadlineExceeded", err)
+	}
+
+	waited := async(t, func() error { return st.Wait(t.Context()) }) // before Lead starts
+	started := make(chan *term, 1)
+	cancel, errc := goLead(t, c, pfx, "a", blockUntilDone("a", started), concurrency.WithLeadTTL(10), concurrency.WithStatus(&st))
+	tm := nextTerm(t, started, 10*time.Second, "Lead")
+	if err := within(t, 5*time.Second, waited, "Wait"); err != nil {
+		t.Fatalf("Wait = %v, want nil once leading", err)
+	}
+	if leading, _ := st.Leading(); !leading || st.Rev() != tm.rev {
+		t.Fatalf("after Wait: leading %v rev %d, want true %d", leading, st.Rev(), tm.rev)
+	}
+	if err := st.Wait(t.Context()); err != nil { // leads already: at once
+		t.Fatalf("second Wait = %v", err)
+	}
+
+	cancel()
+	if err := within(t, 5*time.Second, errc, "Lead"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lead = %v, want Canceled", err)
+	}
+	short, cancelShort = context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancelShort()
+	if err := st.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait after Lead returned = %v, want DeadlineExceeded", err)
+	}
+}
+
+// health is LeaderStatus.Handler's answer.
+func health(t *testing.T, st *concurrency.LeaderStatus, tolerance time.Duration) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	st.Handler(tolerance).ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	return rec.Code, rec.Body.String()
+}
+
+// LeaderStatus.Check passes for a follower and a leader within its term,
+// and fails once a term's fn outlives its leadership: here fn ignores its
+// context after the lease was revoked (as it would after the session's
+// deadline passed with etcd out of reach). Once fn returns, Check passes
+// again.
+func TestLeaderStatusCheck(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	var st concurrency.LeaderStatus
+	if err := st.Check(0); err != nil {
+		t.Fatalf("Check without a Lead = %v", err)
+	}
+
+	release := make(chan struct{})
+	started := make(chan *concurrency.Election, 2)
+	var terms atomic.Int32
+	stuck := func(ctx context.Context, e *concurrency.Election) error {
+		started <- e
+		if terms.Add(1) > 1 {
+			<-ctx.Done() // later terms behave
+			return ctx.Err()
+		}
+		select {
+		case <-release: // the first ignores ctx until the test releases it
+		case <-t.Context().Done():
+		}
+		return ctx.Err()
+	}
+	cancel, errc := goLead(t, c, pfx, "a", stuck, concurrency.WithLeadTTL(10), concurrency.WithStatus(&st))
+	var e *concurrency.Election
+	select {
+	case e = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("fn did not start within 10 s")
+	}
+	if err := st.Check(0); err != nil {
+		t.Fatalf("Check while leading = %v", err)
+	}
+	if code, body := health(t, &st, 0); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("Handler while leading = %d %q", code, body)
+	}
+
+	kvs := etcdtest.WaitKeys(t, c, pfx, 1)
+	if _, err := c.Revoke(t.Context(), clientv3.LeaseID(kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	<-e.Ctx().Done()
+	etcdtest.Eventually(t, 5*time.Second, func() bool {
+		return errors.Is(st.Check(0), concurrency.ErrLeaderStuck)
+	}, "Check(0) to report the stuck fn")
+	if leading, _ := st.Leading(); leading {
+		t.Fatal("Leading after the revoke")
+	}
+	if err := st.Check(time.Hour); err != nil {
+		t.Fatalf("Check(1h) right after the loss = %v, want nil", err)
+	}
+	if code, body := health(t, &st, 0); code != http.StatusInternalServerError || !strings.Contains(body, "leader stuck") {
+		t.Fatalf("Handler while stuck = %d %q", code, body)
+	}
+
+	close(release) // fn returns; Lead campaigns again, and leads
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no second term within 10 s")
+	}
+	if err := st.Check(0); err != nil {
+		t.Fatalf("Check in the second term = %v", err)
+	}
+	cancel()
+	if err := within(t, 5*time.Second, errc, "Lead"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lead = %v, want Canceled", err)
+	}
+	if err := st.Check(0); err != nil {
+		t.Fatalf("Check after Lead returned = %v", err)
 	}
 }

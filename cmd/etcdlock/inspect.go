@@ -112,14 +112,7 @@ func inspect(ctx context.Context, conn *connFlags, cli *clientv3.Client, name st
 	now := time.Now()
 	st := &lockState{Name: name, Prefix: lockPrefix(name), Revision: rev, Kind: queueKind(q), Holders: []*entryState{}, Waiters: []*entryState{}}
 	for _, e := range q {
-		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: -1, CreateRevision: e.Rev}
-		if e.Lease != clientv3.NoLease {
-			ttl, err := cli.TimeToLive(rctx, e.Lease)
-			if err != nil {
-				return nil, fmt.Errorf("reading lease %x: %w", int64(e.Lease), err)
-			}
-			es.TTL = ttl.TTL
-		}
+		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: e.TTL, CreateRevision: e.Rev}
 		if m := e.Meta; m != nil && e.Kind != kindSemaphore {
 			es.Host, es.PID, es.WaitingSince = m.Host, m.PID, &m.WaitingSince
 			if !m.HeldSince.IsZero() {

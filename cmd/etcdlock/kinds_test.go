@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,9 @@ func running(ps []*proc) []*proc {
 	return r
 }
 
+// semKeyRe matches a semaphore key after its name's prefix.
+var semKeyRe = regexp.MustCompile(`^[0-9a-f]+-[0-9a-f]+$`)
+
 // lock --limit 2: of three commands, two run at once and the third waits
 // for one of them to exit; each sees its semaphore key and token, and
 // etcd's keys carry the limit.
@@ -77,7 +81,7 @@ func TestLockLimit(t *testing.T) {
 	waitStarted(t, j, 2)
 	kvs := etcdtest.WaitKeys(t, c, pfx, 3)
 	for _, kv := range kvs {
-		if string(kv.Value) != "2" || !seqKeyRe.MatchString(strings.TrimPrefix(string(kv.Key), pfx+"/")) {
+		if string(kv.Value) != "2" || !semKeyRe.MatchString(strings.TrimPrefix(string(kv.Key), pfx+"/")) {
 			t.Errorf("semaphore key %s = %q, want NAME/<lease>-<seq> = \"2\"", kv.Key, kv.Value)
 		}
 	}

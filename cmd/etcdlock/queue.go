@@ -5,84 +5,40 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency"
 )
 
 // lockPrefix is the prefix of a lock's keys, as the concurrency package
 // builds it: the name followed by "/", even if the name ends in "/".
 func lockPrefix(name string) string { return name + "/" }
 
-// entry is one key in a lock's queue: the holder or a waiter.
+// entry is one key in a lock's queue: the holder or a waiter, as the
+// library's Inspect reads it, with what etcdlock wrote into it.
 type entry struct {
 	Key   string
 	Lease clientv3.LeaseID
+	TTL   int64 // seconds left on the lease; -1 if it is gone
 	Rev   int64 // create revision: the order in the queue, and the holder's fencing token
 	Value string
 	Meta  *meta  // nil unless the key was written by etcdlock lock
-	Kind  string // what kind of lock the key belongs to (see keyKind)
+	Kind  string // what kind of lock the key belongs to (concurrency.KeyKind's names)
 	Limit int    // a semaphore's limit, from its value; 0 for other kinds
-	Holds bool   // the key holds, by the rule of its kind (see classify)
+	Holds bool   // the key holds, by the rule of its kind (concurrency.QueueKey.Holds)
 }
 
-// Kinds of lock key, told apart by the part of the key after the name's
-// prefix, as the concurrency package names them.
-const (
-	kindMutex     = "mutex"     // <lease>: Mutex, Election, etcdctl lock and elect
-	kindSemaphore = "semaphore" // <lease>-<seq>, with the limit as its value
-	kindReader    = "reader"    // r/<lease>-<seq>: RWMutex read side
-	kindWriter    = "writer"    // w/<lease>-<seq>: RWMutex write side
-	kindOther     = "other"     // none of these: counted as a writer
-)
-
+// Kinds of lock key, as concurrency.KeyKind names them.
 var (
-	mutexKeyRe = regexp.MustCompile(`^-?[0-9a-f]+$`)
-	seqKeyRe   = regexp.MustCompile(`^-?[0-9a-f]+-[0-9a-f]+$`)
+	kindMutex     = concurrency.KindMutex.String()     // <lease>: Mutex, Election, etcdctl lock and elect
+	kindSemaphore = concurrency.KindSemaphore.String() // <lease>-<seq>, with the limit as its value
+	kindReader    = concurrency.KindReader.String()    // r/<lease>-<seq>: RWMutex read side
+	kindWriter    = concurrency.KindWriter.String()    // w/<lease>-<seq>: RWMutex write side
+	kindOther     = concurrency.KindOther.String()     // none of these: counted as a writer
 )
-
-// keyKind says what kind of lock key is, from rest, the part of the key
-// after the name's prefix.
-func keyKind(rest string) string {
-	switch {
-	case mutexKeyRe.MatchString(rest):
-		return kindMutex
-	case seqKeyRe.MatchString(rest):
-		return kindSemaphore
-	case strings.HasPrefix(rest, "r/") && seqKeyRe.MatchString(rest[2:]):
-		return kindReader
-	case strings.HasPrefix(rest, "w/") && seqKeyRe.MatchString(rest[2:]):
-		return kindWriter
-	}
-	return kindOther
-}
-
-// classify sets Holds on each entry of q, which is in queue order, by the
-// rule of its own kind, as the concurrency package decides it: a mutex key
-// (or a writer, or an unknown key) holds when no key is older; a
-// semaphore's when fewer keys than its limit are older; a reader's when no
-// key other than a reader is older. On a name used by one kind, as the
-// library keeps it, this is exactly who holds.
-func classify(q []entry) {
-	nonReaders := 0
-	for i := range q {
-		e := &q[i]
-		switch e.Kind {
-		case kindSemaphore:
-			e.Holds = e.Limit > 0 && i < e.Limit
-		case kindReader:
-			e.Holds = nonReaders == 0
-		default:
-			e.Holds = i == 0
-		}
-		if e.Kind != kindReader {
-			nonReaders++
-		}
-	}
-}
 
 // queueKind is the kind of the keys of q: "" when q is empty, "mixed" when
 // they are of several kinds, "rwmutex" for readers and writers.
@@ -131,31 +87,28 @@ func parseMeta(v []byte) *meta {
 }
 
 // readQueue returns the keys of lock name in queue order (the holder first)
-// and the revision they were read at, each with its kind and whether it
-// holds.
+// and the revision they were read at, each with its kind, whether it
+// holds, and its lease's TTL left (concurrency.Inspect).
 func readQueue(ctx context.Context, cli *clientv3.Client, name string) ([]entry, int64, error) {
-	resp, err := cli.Get(ctx, lockPrefix(name), clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	iq, err := concurrency.Inspect(ctx, cli, name)
 	if err != nil {
 		return nil, 0, err
 	}
-	q := make([]entry, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		e := entry{
-			Key:   string(kv.Key),
-			Lease: clientv3.LeaseID(kv.Lease),
-			Rev:   kv.CreateRevision,
-			Value: string(kv.Value),
-			Meta:  parseMeta(kv.Value),
-			Kind:  keyKind(strings.TrimPrefix(string(kv.Key), lockPrefix(name))),
-		}
-		if e.Kind == kindSemaphore {
-			e.Limit, _ = strconv.Atoi(e.Value)
-		}
-		q = append(q, e)
+	q := make([]entry, 0, len(iq.Keys))
+	for _, k := range iq.Keys {
+		q = append(q, entry{
+			Key:   k.Key,
+			Lease: k.Lease,
+			TTL:   k.TTL,
+			Rev:   k.CreateRevision,
+			Value: k.Value,
+			Meta:  parseMeta([]byte(k.Value)),
+			Kind:  k.Kind.String(),
+			Limit: k.Limit,
+			Holds: k.Holds,
+		})
 	}
-	classify(q)
-	return q, resp.Header.Revision, nil
+	return q, iq.Revision, nil
 }
 
 // annotate writes m into key if key still has create revision rev, keeping

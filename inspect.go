@@ -1,0 +1,195 @@
+package concurrency
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// KeyKind is the kind of lock a key under a lock name belongs to, told
+// apart by the part of the key after the name's prefix, as this package
+// (and etcd's) names them.
+type KeyKind int
+
+// The kinds of key Inspect tells apart.
+const (
+	// KindOther is a key of none of the kinds below (written by hand or
+	// by another library). Inspect counts it as a writer: it holds only
+	// when no key is older.
+	KindOther KeyKind = iota
+	// KindMutex is NAME/<lease ID in hex>: a Mutex, an Election's
+	// candidate, etcd's package, etcdctl lock and elect (one kind of key).
+	KindMutex
+	// KindSemaphore is NAME/<lease ID>-<random ID>, with the Semaphore's
+	// limit as its value.
+	KindSemaphore
+	// KindReader is NAME/r/<lease ID>-<random ID>: an RWMutex's read side.
+	KindReader
+	// KindWriter is NAME/w/<lease ID>-<random ID>: an RWMutex's write side.
+	KindWriter
+)
+
+// String returns "mutex", "semaphore", "reader", "writer" or "other".
+func (k KeyKind) String() string {
+	switch k {
+	case KindMutex:
+		return "mutex"
+	case KindSemaphore:
+		return "semaphore"
+	case KindReader:
+		return "reader"
+	case KindWriter:
+		return "writer"
+	}
+	return "other"
+}
+
+// Queue is the keys of a lock name as one linearizable read saw them, as
+// Inspect returns it.
+type Queue struct {
+	Name     string     // the lock name, as given to Inspect
+	Revision int64      // etcd's revision at the read of the keys
+	Keys     []QueueKey // every key under the name, in queue order (oldest first)
+}
+
+// QueueKey is one key of a lock name's queue.
+type QueueKey struct {
+	Key   string
+	Lease clientv3.LeaseID // the key's lease; clientv3.NoLease if none
+	// TTL is the lease's time to live left, in seconds, as etcd reported
+	// it just after the read of the keys; -1 when the lease was gone by
+	// then (revoked or expired: the key is about to be deleted, or has
+	// been) or the key has no lease.
+	TTL int64
+	// CreateRevision orders the queue and is the holder's fencing token
+	// (Mutex.Token, Election.Rev, Semaphore.Token, RWMutex.Token).
+	CreateRevision int64
+	Position       int     // the key's index in Queue.Keys: 0 for the oldest
+	Kind           KeyKind // the kind of lock the key belongs to
+	Limit          int     // a semaphore key's limit, from its value; 0 for other kinds or a value that is not a number
+	// Holds reports whether the key holds, by the rule of its own kind, as
+	// this package decides it: a mutex key (or another key) or a writer
+	// when no key is older; a semaphore key when fewer keys than its limit
+	// are older; a reader when no key other than a reader is older. On a
+	// name used by one kind of lock, as this package keeps it, this is
+	// exactly who holds; a key that does not hold waits.
+	Holds bool
+	Value string // the key's value, raw: a semaphore's limit, an election's proclaimed value, whatever a client wrote
+}
+
+// Holders returns the keys of q that hold, in queue order.
+func (q *Queue) Holders() []QueueKey { return q.filter(true) }
+
+// Waiters returns the keys of q that wait, in queue order.
+func (q *Queue) Waiters() []QueueKey { return q.filter(false) }
+
+func (q *Queue) filter(holds bool) []QueueKey {
+	var ks []QueueKey
+	for _, k := range q.Keys {
+		if k.Holds == holds {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// Inspect reads the queue of lock name: every key under the name's prefix
+// (the name and "/", as NewMutex, NewElection, NewSemaphore and NewRWMutex
+// build it), in queue order, with its kind, whether it holds, and the time
+// to live left of its lease. It is read-only: it writes nothing, needs no
+// session, and works on names of every kind of lock this package, etcd's
+// package and etcdctl keep, including names whose keys are of several
+// kinds.
+//
+// The keys come from one linearizable read (Queue.Revision); then Inspect
+// asks etcd for the TTL of each distinct lease, one round trip each, so
+// the TTLs are a little later than the keys. Inspect blocks for these
+// round trips, which ctx bounds: if ctx ends first, it returns an error
+// matching ctx.Err(). A nil client gives ErrNilClient and an empty name
+// ErrInvalidPrefix, before any round trip; an etcd error is returned
+// wrapped. On any error the Queue is nil.
+func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, error) {
+	switch {
+	case c == nil:
+		return nil, ErrNilClient
+	case name == "":
+		return nil, ErrInvalidPrefix
+	}
+	pfx := prefix(name)
+	resp, err := c.Get(ctx, pfx, clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: %w", name, err)
+	}
+	q := &Queue{Name: name, Revision: resp.Header.Revision, Keys: make([]QueueKey, 0, len(resp.Kvs))}
+	ttls := make(map[clientv3.LeaseID]int64)
+	nonReaders := 0 // keys older than the current one that are not readers
+	for i, kv := range resp.Kvs {
+		k := QueueKey{
+			Key:            string(kv.Key),
+			Lease:          clientv3.LeaseID(kv.Lease),
+			TTL:            -1,
+			CreateRevision: kv.CreateRevision,
+			Position:       i,
+			Kind:           keyKindOf(string(kv.Key[len(pfx):])),
+			Value:          string(kv.Value),
+		}
+		switch k.Kind {
+		case KindSemaphore:
+			k.Limit, _ = strconv.Atoi(k.Value)
+			k.Holds = k.Limit > 0 && i < k.Limit
+		case KindReader:
+			k.Holds = nonReaders == 0
+		default:
+			k.Holds = i == 0
+		}
+		if k.Kind != KindReader {
+			nonReaders++
+		}
+		if k.Lease != clientv3.NoLease {
+			ttls[k.Lease] = -1
+		}
+		q.Keys = append(q.Keys, k)
+	}
+	for id := range ttls {
+		resp, err := c.TimeToLive(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("concurrency: Inspect %q: lease %x: %w", name, int64(id), err)
+		}
+		ttls[id] = resp.TTL // etcd answers -1 for a lease it does not have
+	}
+	for i := range q.Keys {
+		if ttl, ok := ttls[q.Keys[i].Lease]; ok {
+			q.Keys[i].TTL = ttl
+		}
+	}
+	return q, nil
+}
+
+var (
+	// Lease IDs are written as int64 in hex ("%x"), so a negative one,
+	// which etcd does not grant but a hand-written key may carry, has a
+	// minus sign.
+	mutexKeyRe = regexp.MustCompile(`^-?[0-9a-f]+$`)
+	seqKeyRe   = regexp.MustCompile(`^-?[0-9a-f]+-[0-9a-f]+$`)
+)
+
+// keyKindOf is the kind of a key from rest, the part after the name's
+// prefix.
+func keyKindOf(rest string) KeyKind {
+	switch {
+	case mutexKeyRe.MatchString(rest):
+		return KindMutex
+	case seqKeyRe.MatchString(rest):
+		return KindSemaphore
+	case strings.HasPrefix(rest, "r/") && seqKeyRe.MatchString(rest[2:]):
+		return KindReader
+	case strings.HasPrefix(rest, "w/") && seqKeyRe.MatchString(rest[2:]):
+		return KindWriter
+	}
+	return KindOther
+}
