@@ -94,6 +94,9 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	if s.life.Err() != nil {
 		return nil, nil, context.Cause(s.life)
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err // write nothing: the enqueue would outlive ctx
+	}
 	if err := s.use(ctx, key, true); err != nil {
 		return nil, nil, err
 	}

@@ -693,3 +693,28 @@ func TestWaiterOutlastsTooManyRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A call whose ctx has already ended writes nothing: its enqueue, which
+// runs on a context of its own, is not started.
+func TestEndedCtxWritesNothing(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	s := newSession(t, c)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	stop := puts(t, c, pfx)
+	for name, op := range map[string]func() error{
+		"Lock":     func() error { return concurrency.NewMutex(s, pfx).Lock(ctx) },
+		"TryLock":  func() error { return concurrency.NewMutex(s, pfx).TryLock(ctx) },
+		"Acquire":  func() error { return concurrency.NewSemaphore(s, pfx+"/sem", 2).Acquire(ctx) },
+		"RLock":    func() error { return concurrency.NewRWMutex(s, pfx+"/rw").RLock(ctx) },
+		"Campaign": func() error { return concurrency.NewElection(s, pfx+"/e").Campaign(ctx, "v") },
+	} {
+		if err := op(); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with an ended ctx: %v, want context.Canceled", name, err)
+		}
+	}
+	if keys := stop(); len(keys) > 0 {
+		t.Fatalf("calls with an ended ctx wrote %v", keys)
+	}
+}
