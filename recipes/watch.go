@@ -3,6 +3,7 @@ package recipes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -26,8 +27,9 @@ func WaitPrefixEvents(c *clientv3.Client, prefix string, rev int64, evs []mvccpb
 // A watch that the server ends (a member that lost its leader, a
 // restart) is resumed from the revision after the last one seen, so no
 // event is missed or taken twice; if that revision has been compacted, it
-// returns an error matching rpctypes.ErrCompacted. With no events it
-// returns (nil, nil) at once.
+// returns an error matching rpctypes.ErrCompacted; other errors that end
+// the watch (permissions, a closed client) are returned too. With no
+// events it returns (nil, nil) at once.
 func WaitEventsContext(ctx context.Context, c *clientv3.Client, key string, rev int64, evs []mvccpb.Event_EventType) (*clientv3.Event, error) {
 	return waitEvents(ctx, c, key, rev, evs)
 }
@@ -77,11 +79,15 @@ func waitEvents(ctx context.Context, c *clientv3.Client, key string, rev int64, 
 			}
 		}
 		cancel()
-		if errors.Is(werr, rpctypes.ErrCompacted) {
+		if werr != nil && !errors.Is(werr, rpctypes.ErrNoLeader) {
+			// Compacted, or refused (permissions): retrying cannot help.
 			return nil, werr
 		}
-		// The watch ended without the events: ctx ended, or the server or
-		// the network ended it. Resume after a short pause.
+		if err := c.Ctx().Err(); err != nil {
+			return nil, fmt.Errorf("recipes: client closed: %w", err)
+		}
+		// The watch ended without the events: ctx ended, or the member
+		// lost its leader. Resume after a short pause.
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

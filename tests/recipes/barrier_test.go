@@ -198,3 +198,23 @@ func TestRWMutexContext(t *testing.T) {
 	}
 	etcdtest.WaitKeys(t, c, pfx, 0)
 }
+
+// TestBarrierWaitClientClosed: a Wait without a context returns an error
+// when its client is closed, rather than retrying for ever.
+func TestBarrierWaitClientClosed(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	b := recipes.NewBarrier(sharedClient(t), pfx)
+	if err := b.Hold(); err != nil {
+		t.Fatal(err)
+	}
+	wc := sharedClient(t)
+	errc := async(t, func() error { return recipes.NewBarrier(wc, pfx).Wait() })
+	notYet(t, errc, "Wait")
+	wc.Close()
+	if err := within(t, 5*time.Second, errc, "Wait on a closed client"); err == nil {
+		t.Fatal("Wait on a closed client returned nil while the barrier is held")
+	}
+	if err := b.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
