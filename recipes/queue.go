@@ -2,6 +2,7 @@ package recipes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -63,7 +64,9 @@ func (q *Queue) Dequeue() (string, error) { return q.DequeueContext(context.Back
 // under the same guard, which leaves it in the queue, at its place, and
 // makes the lost delete fail if it arrives later. Only if the element is
 // already gone, taken by this call or by another one, does it return
-// ErrClaimUnknown.
+// ErrClaimUnknown, with the element's value: never lost, at worst (a
+// connection failure during the delete, and a racing Dequeue) returned
+// twice, and then said so.
 func (q *Queue) DequeueContext(ctx context.Context) (string, error) {
 	if q.client == nil {
 		return "", ErrNilClient
@@ -96,6 +99,9 @@ func dequeue(ctx context.Context, c *clientv3.Client, prefix string, first func(
 			continue
 		}
 		taken, err := take(ctx, c, kv)
+		if errors.Is(err, ErrClaimUnknown) {
+			return string(kv.Value), err
+		}
 		if err != nil {
 			return "", err
 		}

@@ -60,8 +60,8 @@ func (t *lossyTxn) Commit() (*clientv3.TxnResponse, error) {
 // TestDequeueLostReply: the reply to the delete that takes an element is
 // lost. If etcd never applied the delete, Dequeue settles it by rewriting
 // the element, and returns it (once); if etcd applied it, Dequeue cannot
-// tell whether it or another took it and says so, with ErrClaimUnknown
-// wrapping the request's error.
+// tell whether it or another took it: it returns the element with
+// ErrClaimUnknown wrapping the request's error, so nothing is lost.
 func TestDequeueLostReply(t *testing.T) {
 	for _, applied := range []bool{false, true} {
 		t.Run(map[bool]string{false: "not applied", true: "applied"}[applied], func(t *testing.T) {
@@ -86,8 +86,8 @@ func TestDequeueLostReply(t *testing.T) {
 				if err != nil || v != "a" {
 					t.Fatalf("Dequeue = %q, %v, want a", v, err)
 				}
-			} else if !errors.Is(err, recipes.ErrClaimUnknown) || !errors.Is(err, errLost) {
-				t.Fatalf("Dequeue = %q, %v, want ErrClaimUnknown wrapping the lost reply", v, err)
+			} else if !errors.Is(err, recipes.ErrClaimUnknown) || !errors.Is(err, errLost) || v != "a" {
+				t.Fatalf("Dequeue = %q, %v, want a with ErrClaimUnknown wrapping the lost reply", v, err)
 			}
 			// Nothing taken twice, the rest in order.
 			if v, err := q.DequeueContext(ctx); err != nil || v != "b" {
