@@ -2,7 +2,8 @@
 // it runs etcd's tests and examples for its concurrency package against
 // this package, with only the import path changed (integration_test.go
 // adds etcd's STM and election integration tests, and the tests of etcd's
-// gRPC Lock and Election services built on this package), and it runs
+// gRPC Lock and Election services built on this package; recipes_test.go
+// runs etcd's recipe tests against this module's recipes), and it runs
 // `etcdctl lock`, built from this module's graph, against this package's
 // Mutex on the same lock name. Nothing of etcd's is copied into this repository: the
 // files are read from the module cache when the test runs.

@@ -1,0 +1,36 @@
+// Package recipes is a drop-in replacement for etcd's
+// go.etcd.io/etcd/client/v3/experimental/recipes: Barrier, DoubleBarrier,
+// Queue, PriorityQueue, RWMutex, WaitEvents and WaitPrefixEvents, with the
+// same names and signatures, taking this module's *concurrency.Session
+// where etcd's take etcd's.
+//
+// etcd's calls take no context and block until they are done, forever if
+// the server is unreachable. Every blocking call here has a variant that
+// takes a context first, named as the standard library names them
+// (WaitContext, EnterContext, DequeueContext, ...); the methods without a
+// context run with context.Background() and so block as etcd's do. When
+// ctx ends, a call returns an error that matches ctx.Err() with errors.Is,
+// and says in its comment what it leaves behind.
+//
+// What differs from etcd's package, and why:
+//   - Every waiter watches one key where the algorithm allows it (a
+//     Barrier's key, a DoubleBarrier's ready key or one neighbour), and a
+//     watch that the server or the network ends is resumed from the last
+//     revision seen rather than taken for an event (etcd's WaitEvents
+//     returns a nil event then). A waiting Dequeue has to watch the whole
+//     queue, since any new element is for it.
+//   - Dequeue takes the oldest element by create revision with a delete
+//     guarded by its mod revision, so two Dequeues never take one element;
+//     the delete is not cut short by ctx, so an element is either returned
+//     or left in the queue (see Queue.DequeueContext).
+//   - A PriorityQueue keeps no "__" base key per priority (etcd's leaks
+//     one for every priority ever used): its order within a priority is
+//     the create revision.
+//   - RWMutex is this module's concurrency.RWMutex (no herd, etcd #16221),
+//     so it does not exclude etcd's recipe RWMutex on the same name: their
+//     keys differ.
+//
+// Keys are compatible with etcd's where the two can meet: a Queue's
+// elements and a Barrier's key are named as etcd's, so the two packages'
+// values on one name work together.
+package recipes
