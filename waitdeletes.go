@@ -61,32 +61,40 @@ type target struct {
 func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64, next target, seenRev int64) (*pb.ResponseHeader, error) {
 	var b backoff  // between failed reads
 	var wb backoff // between watches that failed
-	// behind: the last range watch found the server past the read; the next
-	// one starts from the read, so that a busy name cannot keep it reading.
-	behind := false
 	for {
 		var err error
+		var j judgement
+		judged := false // the range watch judged already, with its watch open
 		switch {
 		case next.over != "":
-			var at int64
-			at, err = waitRange(ctx, s.client, next.over, seenRev, behind, &wb)
-			behind = at == 0
+			over := next.over
+			judged, err = waitRange(ctx, s.client, over, seenRev, &wb, func() (bool, int64, error) {
+				var err error
+				if j, err = judge(ctx, s, r, key, rev); err != nil {
+					return false, 0, err
+				}
+				// Go on watching only while the key is still the first
+				// waiter, waiting for any deletion in the range.
+				return j.holds || j.next.over != over, j.readRev, nil
+			})
 		case next.key != "":
 			_, err = waitDelete(ctx, s.client, next, seenRev, &wb)
 		}
 		if err != nil {
 			return nil, err
 		}
-		j, err := judge(ctx, s, r, key, rev)
-		if transient(err) {
-			if !b.sleep(ctx) {
-				return nil, ctx.Err()
+		if !judged {
+			j, err = judge(ctx, s, r, key, rev)
+			if transient(err) {
+				if !b.sleep(ctx) {
+					return nil, ctx.Err()
+				}
+				next = target{} // read again, at once
+				continue
 			}
-			next = target{} // read again, at once
-			continue
-		}
-		if err != nil {
-			return nil, err
+			if err != nil {
+				return nil, err
+			}
 		}
 		b.reset()
 		if j.holds {
@@ -175,29 +183,33 @@ func watchDelete(ctx context.Context, client *clientv3.Client, t target, seenRev
 }
 
 // waitRange blocks until a key under prefix over is deleted after revision
-// seenRev, and returns the revision of the deletion (0 if it may have
-// missed one: the caller reads again). Like watchDelete it watches from the
-// server's current revision, which etcd serves at once, unless fromSeen:
-// then from seenRev+1, which etcd may serve up to 100 ms late but which
-// misses nothing. If the current revision has moved past seenRev, the
-// first kind returns 0 at once, for the caller to read again and then
-// watch from what it read. It returns ctx.Err() when ctx ends, and the
-// error when watching fails for a reason that waiting cannot fix.
-func waitRange(ctx context.Context, client *clientv3.Client, over string, seenRev int64, fromSeen bool, b *backoff) (int64, error) {
-	var at int64
+// seenRev. Like watchDelete it watches from the server's current revision,
+// which etcd serves at once (a watch from an older revision is served from
+// etcd's "unsynced" set, up to 100 ms late). If that revision is past
+// seenRev, a deletion in between may have been missed: with the watch
+// open, it calls check, which reads the queue again and says whether the
+// wait is over (stop) and the revision its read saw; from then on only a
+// deletion after that revision ends the wait. So a busy name never makes
+// it read in a loop, and no deletion is missed. It reports whether check
+// ended the wait (false: a deletion did, or a failed watch that the caller
+// reads after). It returns ctx.Err() when ctx ends, and the error of check
+// or of the watch when waiting cannot fix it; after a transient failure of
+// either it waits (b) and returns, for the caller to read again.
+func waitRange(ctx context.Context, client *clientv3.Client, over string, seenRev int64, b *backoff, check func() (stop bool, seen int64, err error)) (checked bool, err error) {
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
-	if fromSeen {
-		opts = append(opts, clientv3.WithRev(seenRev+1))
-	}
-	err := watchUntil(ctx, client, over, b, func(wr clientv3.WatchResponse) (bool, error) {
-		if wr.Created && !fromSeen && wr.Header.Revision > seenRev {
-			return true, nil
+	err = watchUntil(ctx, client, over, b, func(wr clientv3.WatchResponse) (bool, error) {
+		if wr.Created && wr.Header.Revision > seenRev {
+			stop, seen, err := check()
+			if err != nil || stop {
+				checked = err == nil
+				return true, err
+			}
+			seenRev = seen
 		}
 		for _, ev := range wr.Events {
 			// A member behind the read at seenRev replays what the read
 			// already showed: only a deletion after it counts.
 			if ev.Kv.ModRevision > seenRev {
-				at = ev.Kv.ModRevision
 				return true, nil
 			}
 		}
@@ -205,14 +217,14 @@ func waitRange(ctx context.Context, client *clientv3.Client, over string, seenRe
 	}, opts...)
 	switch {
 	case err == nil || ctx.Err() != nil:
-		return at, ctx.Err()
+		return checked, ctx.Err()
 	case errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, errWatchClosed) || transient(err):
 		if errors.Is(err, rpctypes.ErrCompacted) || b.sleep(ctx) {
-			return 0, nil
+			return false, nil
 		}
-		return 0, ctx.Err()
+		return false, ctx.Err()
 	default:
-		return 0, err
+		return false, err
 	}
 }
 

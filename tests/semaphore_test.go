@@ -46,7 +46,15 @@ func TestSemaphoreLimit(t *testing.T) {
 							break
 						}
 					}
-					time.Sleep(2 * time.Millisecond) // hold a little, so holds overlap
+					// Hold until another holder is inside, or 250 ms: only
+					// the first waiter watches the name's deletions, so
+					// free permits are taken one handoff after another;
+					// a hold shorter than a handoff (2 ms under -race) would
+					// never overlap the next, and prove nothing.
+					deadline := time.Now().Add(250 * time.Millisecond)
+					for inside.Load() < 2 && time.Now().Before(deadline) {
+						time.Sleep(time.Millisecond)
+					}
 					inside.Add(-1)
 					return nil
 				})
