@@ -95,28 +95,40 @@ func (h *hold) watch() {
 	if !h.wanted || h.unwatchFn != nil || h.ended || h.releasing {
 		return
 	}
+	h.unwatchFn = h.start(h.watchKey)
+}
+
+// start runs fn in a goroutine of the hold, on a context that ends with
+// the hold, and returns what stops it and waits for it.
+func (h *hold) start(fn func(ctx context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(h.ctx)
 	done := make(chan struct{})
-	h.unwatchFn = func() {
+	go func() {
+		defer close(done)
+		fn(ctx)
+	}()
+	return func() {
 		cancel()
 		<-done
 	}
-	go h.watchKey(ctx, done)
 }
 
-// unwatch stops the watch goroutine, if it runs, and waits for it.
-func (h *hold) unwatch() {
+// stopped takes the stop function in *fn (unwatchFn or unpromoteFn) and
+// calls it, if there is one: the goroutine has stopped when it returns.
+func (h *hold) stopped(fn *func()) {
 	h.mu.Lock()
-	stop := h.unwatchFn
-	h.unwatchFn = nil
+	stop := *fn
+	*fn = nil
 	h.mu.Unlock()
 	if stop != nil {
 		stop()
 	}
 }
 
-func (h *hold) watchKey(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
+// unwatch stops the watch goroutine, if it runs, and waits for it.
+func (h *hold) unwatch() { h.stopped(&h.unwatchFn) }
+
+func (h *hold) watchKey(ctx context.Context) {
 	seenRev := h.seenRev
 	var b backoff
 	for ctx.Err() == nil {
@@ -146,41 +158,27 @@ func (h *hold) watchKey(ctx context.Context, done chan<- struct{}) {
 // ends (then the key's deletion wakes the waiter anyway), so that a failed
 // attempt costs the waiter latency, never an unbounded wait.
 func (h *hold) promote() {
-	ctx, cancel := context.WithCancel(h.ctx)
-	done := make(chan struct{})
-	h.mu.Lock()
-	h.unpromoteFn = func() {
-		cancel()
-		<-done
-	}
-	h.mu.Unlock()
-	go func() {
-		defer close(done)
+	stop := h.start(func(ctx context.Context) {
 		var b backoff
 		for {
-			actx, acancel := context.WithTimeout(ctx, cleanupTimeout)
+			actx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 			_, err := h.s.client.Txn(actx).
 				If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
 				Then(clientv3.OpPut(h.key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).
 				Commit()
-			acancel()
+			cancel()
 			if err == nil || !b.sleep(ctx) {
 				return
 			}
 		}
-	}()
+	})
+	h.mu.Lock()
+	h.unpromoteFn = stop
+	h.mu.Unlock()
 }
 
 // unpromote stops the promote goroutine, if it runs, and waits for it.
-func (h *hold) unpromote() {
-	h.mu.Lock()
-	stop := h.unpromoteFn
-	h.unpromoteFn = nil
-	h.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-}
+func (h *hold) unpromote() { h.stopped(&h.unpromoteFn) }
 
 // lost ends the hold with ErrLockLost after its key was deleted, and has
 // the session check its lease. With metrics on, it first asks etcd, in one
