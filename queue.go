@@ -437,10 +437,9 @@ func (r rule) judge(older []*mvccpb.KeyValue) (holds bool, next target) {
 
 // judgement is what judge read of a key's place.
 type judgement struct {
-	holds   bool
-	next    target             // what to wait for, if the key does not hold
-	hdr     *pb.ResponseHeader // of the read
-	readRev int64              // the revision the read saw
+	holds bool
+	next  target             // what to wait for, if the key does not hold
+	hdr   *pb.ResponseHeader // of the read: the key space at hdr.Revision
 }
 
 // judge reads linearizably, in one transaction, key and the keys older
@@ -479,7 +478,7 @@ func judge(ctx context.Context, s *Session, r rule, key string, rev int64) (judg
 			return judgement{}, fmt.Errorf("%w: %q", ErrLockKind, f[0].Key)
 		}
 	}
-	j := judgement{hdr: resp.Header, readRev: resp.Header.Revision}
+	j := judgement{hdr: resp.Header}
 	j.holds, j.next = r.judge(kvs)
 	return j, nil
 }

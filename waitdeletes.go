@@ -75,10 +75,10 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 				}
 				// Go on watching only while the key is still the first
 				// waiter, waiting for any deletion in the range.
-				return j.holds || j.next.over != over, j.readRev, nil
+				return j.holds || j.next.over != over, j.hdr.Revision, nil
 			})
 		case next.key != "":
-			_, err = waitDelete(ctx, s.client, next, seenRev, &wb)
+			err = waitDelete(ctx, s.client, next, seenRev, &wb)
 		}
 		if err != nil {
 			return nil, err
@@ -102,32 +102,31 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 		}
 		// What the read showed is the key space at its revision: wait for
 		// what happened after it.
-		next, seenRev = j.next, j.readRev
+		next, seenRev = j.next, j.hdr.Revision
 	}
 }
 
 // waitDelete blocks until t.key, which had create revision t.create (and
 // mod revision t.mod) in a read at revision seenRev, is deleted or
-// replaced, or with t.onPut has a new value, and returns the revision of
-// the event when a watch event told it (0 when a read did). It returns
+// replaced, or with t.onPut has a new value. It returns
 // ctx.Err() when ctx ends, and the error when watching fails for a reason
 // that waiting cannot fix. After compaction (the watch could not resume), a
 // member without a leader, or a lost connection, it reads the key again,
 // retrying while etcd does not answer, and watches anew.
-func waitDelete(ctx context.Context, client *clientv3.Client, t target, seenRev int64, b *backoff) (int64, error) {
+func waitDelete(ctx context.Context, client *clientv3.Client, t target, seenRev int64, b *backoff) error {
 	for {
-		at, err := watchDelete(ctx, client, t, seenRev, b)
+		err := watchDelete(ctx, client, t, seenRev, b)
 		if err == nil || ctx.Err() != nil {
-			return at, ctx.Err()
+			return ctx.Err()
 		}
 		if !errors.Is(err, rpctypes.ErrCompacted) {
 			if !transient(err) && !errors.Is(err, errWatchClosed) {
-				return 0, err
+				return err
 			}
 			// Grows while watches keep failing; a watch that starts
 			// resets it.
 			if !b.sleep(ctx) {
-				return 0, ctx.Err()
+				return ctx.Err()
 			}
 		}
 		resp, err := client.Get(ctx, t.key)
@@ -135,10 +134,10 @@ func waitDelete(ctx context.Context, client *clientv3.Client, t target, seenRev 
 			continue // watch again: the key is read once more
 		}
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if t.changed(resp.Kvs) {
-			return 0, nil
+			return nil
 		}
 		seenRev = resp.Header.Revision
 	}
@@ -152,12 +151,12 @@ func (t target) changed(kvs []*mvccpb.KeyValue) bool {
 
 // watchDelete is one watch of waitDelete, from the server's current
 // revision.
-func watchDelete(ctx context.Context, client *clientv3.Client, t target, seenRev int64, b *backoff) (at int64, err error) {
+func watchDelete(ctx context.Context, client *clientv3.Client, t target, seenRev int64, b *backoff) error {
 	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
 	if !t.onPut {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	err = watchUntil(ctx, client, t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
+	return watchUntil(ctx, client, t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if wr.Created && wr.Header.Revision > seenRev {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
@@ -173,13 +172,11 @@ func watchDelete(ctx context.Context, client *clientv3.Client, t target, seenRev
 			// A member that lags behind the read at seenRev may replay
 			// older events: only one after the read ends the wait.
 			if ev.Kv.ModRevision > max(seenRev, t.create) && (ev.Type == mvccpb.DELETE || t.onPut) {
-				at = ev.Kv.ModRevision
 				return true, nil
 			}
 		}
 		return false, nil
 	}, opts...)
-	return at, err
 }
 
 // waitRange blocks until a key under prefix over is deleted after revision
