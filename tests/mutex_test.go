@@ -826,7 +826,7 @@ func TestMutexDoAlwaysReleases(t *testing.T) {
 		observer := etcdtest.NewClient(t, []string{clus.Members[1].GRPCURL})
 		m := concurrency.NewMutex(newSession(t, c), pfx)
 		err := m.Do(t.Context(), func(context.Context) error {
-			clus.Members[0].Bridge().Blackhole()
+			etcdtest.Cut(t, clus.Members[0])
 			return nil
 		})
 		if err == nil {

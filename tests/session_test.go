@@ -584,7 +584,7 @@ func TestSessionReleasesRetry(t *testing.T) {
 	}
 
 	// Cut: the calls fail when their ctx ends, and keep their state.
-	clus.Members[0].Bridge().Blackhole()
+	etcdtest.Cut(t, clus.Members[0])
 	for name, release := range map[string]func(context.Context) error{"Unlock": m.Unlock, "Resign": e.Resign} {
 		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 		if err := release(ctx); err == nil {

@@ -119,7 +119,7 @@ func testUnreachable(t *testing.T, fault string) {
 	// The double barrier's entrant is on the reachable member: it waits
 	// for a second entrant that never comes, and leaves no key.
 	if fault == "blackholed" {
-		clus.Members[0].Bridge().Blackhole()
+		etcdtest.Cut(t, clus.Members[0])
 	} else {
 		for _, m := range clus.Members {
 			m.Pause()
