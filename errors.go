@@ -99,4 +99,9 @@ var (
 	// conservative deadline, or its fn still runs after the leadership
 	// ended.
 	ErrLeaderStuck = errors.New("concurrency: leader stuck")
+
+	// ErrInvalidOwner is returned by NewSession and Lead when the Owner
+	// given WithOwner or WithLeadOwner is too large to record (its JSON
+	// is over 1 KiB).
+	ErrInvalidOwner = errors.New("concurrency: invalid owner")
 )

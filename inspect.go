@@ -79,6 +79,9 @@ type QueueKey struct {
 	// exactly who holds; a key that does not hold waits.
 	Holds bool
 	Value string // the key's value, raw: a semaphore's limit, an election's proclaimed value, whatever a client wrote
+	// Owner is the owner record of the key's lease (see WithOwner), or nil
+	// if its session was created without one, or by another client.
+	Owner *Owner
 }
 
 // Holders returns the keys of q that hold, in queue order.
@@ -106,8 +109,10 @@ func (q *Queue) filter(holds bool) []QueueKey {
 // kinds.
 //
 // The keys come from one linearizable read (Queue.Revision); then Inspect
-// asks etcd for the TTL of each distinct lease, one round trip each, so
-// the TTLs are a little later than the keys. Inspect blocks for these
+// asks etcd for the TTL of each distinct lease, one round trip each, and
+// for the owner records of the leases (WithOwner), one round trip per 100
+// leases, so the TTLs and owners are a little later than the keys. Inspect
+// blocks for these
 // round trips, which ctx bounds: if ctx ends first, it returns an error
 // matching ctx.Err(). A nil client gives ErrNilClient and an empty name
 // ErrInvalidPrefix, before any round trip; an etcd error is returned
@@ -155,17 +160,25 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 		}
 		q.Keys = append(q.Keys, k)
 	}
+	ids := make([]clientv3.LeaseID, 0, len(ttls))
 	for id := range ttls {
 		resp, err := c.TimeToLive(ctx, id)
 		if err != nil {
 			return nil, fmt.Errorf("concurrency: Inspect %q: lease %x: %w", name, int64(id), err)
 		}
 		ttls[id] = resp.TTL // etcd answers -1 for a lease it does not have
+		ids = append(ids, id)
+	}
+	owners, err := readOwners(ctx, c, ids)
+	if err != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: owners: %w", name, err)
 	}
 	for i := range q.Keys {
-		if ttl, ok := ttls[q.Keys[i].Lease]; ok {
-			q.Keys[i].TTL = ttl
+		k := &q.Keys[i]
+		if ttl, ok := ttls[k.Lease]; ok {
+			k.TTL = ttl
 		}
+		k.Owner = owners[k.Lease]
 	}
 	return q, nil
 }

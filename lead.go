@@ -309,7 +309,7 @@ type leadOptions struct {
 	status   *LeaderStatus
 	err      error // the first invalid option
 	// sessionOpts are given to the session of each term: WithLeadMetrics,
-	// WithLeadTracerProvider.
+	// WithLeadTracerProvider, WithLeadOwner.
 	sessionOpts []SessionOption
 }
 

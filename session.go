@@ -80,11 +80,14 @@ type keyState struct {
 }
 
 // NewSession grants a lease (or adopts the one given with WithLease) and
-// starts keeping it alive. It blocks for one round trip to etcd, bounded by
-// the context given with WithContext (default: the client's).
+// starts keeping it alive. It blocks for one round trip to etcd (two
+// WithOwner), bounded by the context given with WithContext (default: the
+// client's).
 //
 // It returns an error matching ErrNilClient for a nil client; on error
-// nothing is left running and no lease is granted. As in etcd's package,
+// nothing is left running and no lease is granted (a lease granted before
+// the owner record failed is revoked, or, if that fails too, expires after
+// its TTL). As in etcd's package,
 // WithLease on a lease that does not exist (etcd's election service passes
 // lease -1 to sessions that only read) gives a session that has already
 // ended: Leader and Observe work on it, while Lock and Campaign return an
@@ -99,6 +102,15 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	}
 	if o.badTTL {
 		client.GetLogger().Warn("concurrency: WithTTL(): TTL should be > 0, keeping the current TTL", zap.Int("ttl", o.ttl))
+	}
+
+	var record string
+	if o.owner != nil {
+		r, err := ownerRecord(*o.owner)
+		if err != nil {
+			return nil, err
+		}
+		record = r
 	}
 
 	id := o.leaseID
@@ -144,6 +156,17 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	if missing != nil {
 		s.endLife(missing)
 		return s, nil
+	}
+	if o.owner != nil {
+		if err := s.writeOwner(o.ctx, record); err != nil {
+			if o.leaseID == clientv3.NoLease {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), cleanupTimeout)
+				client.Revoke(ctx, id)
+				cancel()
+			}
+			s.endLife(fmt.Errorf("%w: owner record not written", ErrSessionExpired))
+			return nil, fmt.Errorf("concurrency: NewSession: owner record: %w", err)
+		}
 	}
 	stop := context.AfterFunc(o.ctx, func() {
 		s.endLife(fmt.Errorf("%w: session context ended: %w", ErrSessionExpired, context.Cause(o.ctx)))
@@ -616,6 +639,7 @@ type sessionOptions struct {
 
 	metrics        MetricsRecorder      // WithMetrics
 	tracerProvider trace.TracerProvider // WithTracerProvider
+	owner          *Owner               // WithOwner; nil: no owner record
 }
 
 // SessionOption configures a Session.

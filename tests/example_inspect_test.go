@@ -20,8 +20,12 @@ func ExampleInspect() {
 	defer cli.Close()
 	ctx := context.Background()
 
-	// Two holders of a semaphore with 2 permits, and one waiter.
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
+	// Two holders of a semaphore with 2 permits, and one waiter, on a
+	// session that tells operators who it is (ProcessOwner fills in this
+	// host and process; the example writes its own to print the same each
+	// run).
+	owner := concurrency.Owner{Host: "worker-7", PID: 4242, Label: "nightly-report"}
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(30), concurrency.WithOwner(owner))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -44,13 +48,13 @@ func ExampleInspect() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, k := range q.Keys {
-		fmt.Printf("%d %s/%d holds=%v ttl-left=%v\n", k.Position, k.Kind, k.Limit, k.Holds, k.TTL > 0 && k.TTL <= 30)
+		fmt.Printf("%d %s/%d holds=%v ttl-left=%v owner=%q\n", k.Position, k.Kind, k.Limit, k.Holds, k.TTL > 0 && k.TTL <= 30, k.Owner)
 	}
 	fmt.Println("holders:", len(q.Holders()), "waiters:", len(q.Waiters()))
 
 	// Output:
-	// 0 semaphore/2 holds=true ttl-left=true
-	// 1 semaphore/2 holds=true ttl-left=true
-	// 2 semaphore/2 holds=false ttl-left=true
+	// 0 semaphore/2 holds=true ttl-left=true owner="nightly-report pid 4242 on worker-7"
+	// 1 semaphore/2 holds=true ttl-left=true owner="nightly-report pid 4242 on worker-7"
+	// 2 semaphore/2 holds=false ttl-left=true owner="nightly-report pid 4242 on worker-7"
 	// holders: 2 waiters: 1
 }

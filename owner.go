@@ -1,0 +1,149 @@
+package concurrency
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+)
+
+// Owner says who holds a session's keys, for operators: a session created
+// WithOwner records it once, beside its lease, and Inspect (and etcdlock
+// inspect) shows it for every key on that lease, whatever the kind of lock:
+// Mutex, Semaphore, RWMutex, Election candidate or leader.
+type Owner struct {
+	Host  string `json:"host,omitempty"`  // the host name, as os.Hostname
+	PID   int    `json:"pid,omitempty"`   // the process ID
+	Label string `json:"label,omitempty"` // free-form: a service, a job, a pod
+}
+
+// ProcessOwner returns an Owner for the calling process: its host name
+// (empty if os.Hostname fails), its process ID, and label.
+func ProcessOwner(label string) Owner {
+	host, _ := os.Hostname()
+	return Owner{Host: host, PID: os.Getpid(), Label: label}
+}
+
+// OwnerPrefix is where owner records live: a session created WithOwner
+// writes OwnerPrefix followed by its lease ID in hex ("%x", as a Mutex key
+// names it), with the Owner in JSON as its value, attached to the lease.
+// The record is outside every lock name, so no lock and no other client
+// (etcd's package, etcdctl) sees it, and it vanishes with the lease. On a
+// cluster with authentication, the session's user needs write permission
+// on the prefix, and Inspect's user read permission (without it, Inspect
+// shows no owners).
+const OwnerPrefix = "/concurrency/owner/"
+
+// maxOwnerSize bounds an owner record (its JSON), so that a label cannot
+// make every session write a large key.
+const maxOwnerSize = 1024
+
+// ownerKey is the key of the owner record of lease id.
+func ownerKey(id clientv3.LeaseID) string {
+	return OwnerPrefix + strconv.FormatInt(int64(id), 16)
+}
+
+// WithOwner has NewSession record o as the owner of every key the session
+// writes (see OwnerPrefix): one put attached to the lease, in the same
+// call, after the lease is granted or adopted. Without it (the default), a
+// session writes nothing but its lock keys, as etcd's package does. The
+// keys themselves are unchanged: a Mutex key stays empty and interoperates
+// with etcd's package and etcdctl lock.
+//
+// If the put fails, NewSession revokes the lease it granted (not one
+// adopted WithLease) and returns the error; an Owner whose JSON is larger
+// than 1 KiB gives an error matching ErrInvalidOwner before any round
+// trip. Sessions sharing a lease (WithLease) share one record: the last
+// written wins.
+func WithOwner(o Owner) SessionOption {
+	return func(so *sessionOptions) { so.owner = &o }
+}
+
+// WithLeadOwner has the session of each term of Lead record o, as
+// WithOwner does, so that Inspect shows who leads and who stands. An Owner
+// too large to record makes Lead return an error matching ErrInvalidOwner
+// at once.
+func WithLeadOwner(o Owner) LeadOption {
+	return func(lo *leadOptions) {
+		if _, err := ownerRecord(o); err != nil && lo.err == nil {
+			lo.err = fmt.Errorf("WithLeadOwner: %w", err)
+		}
+		lo.sessionOpts = append(lo.sessionOpts, WithOwner(o))
+	}
+}
+
+// ownerRecord is the value WithOwner writes for o.
+func ownerRecord(o Owner) (string, error) {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxOwnerSize {
+		return "", fmt.Errorf("%w: its record is %d bytes, more than %d", ErrInvalidOwner, len(b), maxOwnerSize)
+	}
+	return string(b), nil
+}
+
+// writeOwner puts the owner record of the session's lease.
+func (s *Session) writeOwner(ctx context.Context, record string) error {
+	_, err := s.client.Put(ctx, ownerKey(s.id), record, clientv3.WithLease(s.id))
+	return err
+}
+
+// maxTxnOps is how many reads readOwners puts in one transaction, below
+// etcd's default limit of 128 operations per transaction.
+const maxTxnOps = 100
+
+// readOwners returns the owner record of each lease in ids that has one.
+// Records it cannot parse are skipped, and a user without permission to
+// read OwnerPrefix gets no owners, not an error.
+func readOwners(ctx context.Context, c *clientv3.Client, ids []clientv3.LeaseID) (map[clientv3.LeaseID]*Owner, error) {
+	owners := make(map[clientv3.LeaseID]*Owner)
+	for len(ids) > 0 {
+		n := min(len(ids), maxTxnOps)
+		ops := make([]clientv3.Op, n)
+		for i, id := range ids[:n] {
+			ops[i] = clientv3.OpGet(ownerKey(id))
+		}
+		resp, err := c.Txn(ctx).Then(ops...).Commit()
+		if c := grpcCode(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
+			return owners, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		for i, r := range resp.Responses {
+			kvs := r.GetResponseRange().GetKvs()
+			if len(kvs) == 0 || kvs[0].Lease != int64(ids[i]) {
+				continue // none, or a record left on another lease by hand
+			}
+			var o Owner
+			if json.Unmarshal(kvs[0].Value, &o) == nil {
+				owners[ids[i]] = &o
+			}
+		}
+		ids = ids[n:]
+	}
+	return owners, nil
+}
+
+// String returns the owner as "label pid PID on HOST", leaving out what is
+// unknown, or "" when nothing is known.
+func (o Owner) String() string {
+	var parts []string
+	if o.Label != "" {
+		parts = append(parts, o.Label)
+	}
+	if o.PID != 0 {
+		parts = append(parts, "pid "+strconv.Itoa(o.PID))
+	}
+	if o.Host != "" {
+		parts = append(parts, "on "+o.Host)
+	}
+	return strings.Join(parts, " ")
+}
