@@ -136,7 +136,7 @@ etcdctl elect and etcd's concurrency package.`,
 
 func (o *electOptions) campaign(conn *connFlags, name, proposal string, srv served, stdout, stderr io.Writer) error {
 	waiting := fmt.Sprintf("while campaigning in %q", name)
-	c, err := newContender(conn, name, o.ttl, waiting, concurrency.WithMetrics(srv.metrics))
+	c, err := newContender(conn, name, o.ttl, waiting, concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(owner("elect", nil)))
 	if err != nil {
 		return err
 	}
@@ -297,7 +297,8 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 	leadc := make(chan error, 1)
 	go func() {
 		leadc <- concurrency.Lead(ctx, cli, name, proposal, fn, concurrency.WithLeadTTL(o.ttl),
-			concurrency.WithLeadMetrics(srv.metrics), concurrency.WithStatus(status))
+			concurrency.WithLeadMetrics(srv.metrics), concurrency.WithStatus(status),
+			concurrency.WithLeadOwner(owner("elect", command)))
 	}()
 	select {
 	case err = <-leadc:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,23 +28,42 @@ func TestElect(t *testing.T) {
 	}
 	observer.waitFor(observer.stdout, "one\n")
 
-	second := start(t, nil, "elect", pfx, "two")
+	second := start(t, nil, "elect", pfx, "two words")
 	kvs = etcdtest.WaitKeys(t, c, pfx, 2)
 	if out := second.stdout.String(); out != "" {
 		t.Fatalf("second candidate elected while the first leads: %q", out)
+	}
+	// inspect shows who leads and who stands, with their proposals, in
+	// the table too.
+	st := inspectJSON(t, pfx)
+	for i, want := range []struct {
+		p     *proc
+		value string
+	}{{first, "one"}, {second, "two words"}} {
+		e := append(st.Holders, st.Waiters...)[i]
+		if e.Value != want.value || e.PID != want.p.cmd.Process.Pid || e.Host == "" || e.Label != "etcdlock elect" {
+			t.Errorf("candidate %d = %+v, want value %q, pid %d, a host, label \"etcdlock elect\"", i, e, want.value, want.p.cmd.Process.Pid)
+		}
+	}
+	out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"inspect", pfx})
+	t.Logf("inspect %s:\n%s", pfx, out)
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 ||
+		!strings.HasSuffix(lines[2], " one") || !strings.HasSuffix(lines[3], ` "two words"`) ||
+		!strings.Contains(lines[2], fmt.Sprint(" ", first.cmd.Process.Pid, " ")) {
+		t.Errorf("inspect printed:\n%s\nwant the leader's pid and both proposals", out)
 	}
 	first.release()
 	if key2 := second.firstLine(); key2 != string(kvs[1].Key) {
 		t.Fatalf("second leader printed %q, want its key %s", key2, kvs[1].Key)
 	}
-	observer.waitFor(observer.stdout, "one\ntwo\n")
+	observer.waitFor(observer.stdout, "one\ntwo words\n")
 
 	if _, err := c.Revoke(t.Context(), clientv3.LeaseID(kvs[1].Lease)); err != nil {
 		t.Fatal(err)
 	}
 	second.expectExit(10*time.Second, exitLost)
 	observer.release()
-	if out := observer.stdout.String(); out != "one\ntwo\n" {
+	if out := observer.stdout.String(); out != "one\ntwo words\n" {
 		t.Errorf("observer printed %q, want one, two", out)
 	}
 	etcdtest.WaitKeys(t, c, pfx, 0)

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,10 +22,16 @@ func newInspectCommand(conn *connFlags) *cobra.Command {
 		Short: "Show the holders of a lock and its waiters in queue order",
 		Long: `Show the holders of the lock NAME and its waiters in queue order, with each
 key, lease ID, lease TTL left, create revision (the holder's fencing token),
-how long each has waited and held, and its kind. etcd keeps no time with a
-key: times come from the record 'etcdlock lock' writes into its key (on the
-clock of its host), and are "-" for keys of other clients (etcdctl,
-libraries) and for semaphore keys, whose value is their limit.
+how long each has waited and held, who it is (PID, HOST, LABEL), its kind and
+its value. etcd keeps no time with a key: times come from the record
+'etcdlock lock' writes into its key (on the clock of its host), and are "-"
+for keys of other clients (etcdctl, libraries) and for semaphore keys, whose
+value is their limit. PID, HOST and LABEL come from that record or from the
+owner record of the key's session (concurrency.WithOwner, which etcdlock
+lock and elect write for every kind of lock): "-" for sessions without one.
+VALUE is the key's value when it is not etcdlock's record or a semaphore's
+limit: an election's proposal, for one (quoted if it has spaces, cut at 40
+characters; --json has it whole).
 
 Every kind of lock is shown, told apart by its keys: KIND is "mutex" for
 NAME/<lease> (a Mutex, etcdctl lock, or an election's candidate: the same
@@ -40,9 +49,10 @@ waiters.
   ENTRY: {"key", "kind" ("mutex", "semaphore", "reader", "writer", "other"),
           "limit" (semaphore), "holds", "lease" (hex), "ttl_seconds" (-1:
           lease gone), "create_revision", "position" (0: holder, 1: next
-          waiter...), "value" (if not etcdlock's), "host", "pid",
+          waiter...), "value" (if not etcdlock's), "host", "pid", "label",
           "waiting_since", "held_since", "waited_seconds", "held_seconds"}
-The fields from etcdlock's record are absent for other clients' keys.`,
+The fields from etcdlock's record and the owner record are absent for keys
+without them.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if args[0] == "" {
@@ -95,6 +105,7 @@ type entryState struct {
 	Value          string     `json:"value,omitempty"`
 	Host           string     `json:"host,omitempty"`
 	PID            int        `json:"pid,omitempty"`
+	Label          string     `json:"label,omitempty"`
 	WaitingSince   *time.Time `json:"waiting_since,omitempty"`
 	HeldSince      *time.Time `json:"held_since,omitempty"`
 	Waited         *float64   `json:"waited_seconds,omitempty"`
@@ -114,13 +125,15 @@ func inspect(ctx context.Context, conn *connFlags, cli *clientv3.Client, name st
 	for _, e := range q {
 		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: e.TTL, CreateRevision: e.Rev}
 		if m := e.Meta; m != nil && e.Kind != kindSemaphore {
-			es.Host, es.PID, es.WaitingSince = m.Host, m.PID, &m.WaitingSince
+			es.WaitingSince = &m.WaitingSince
 			if !m.HeldSince.IsZero() {
 				es.HeldSince = &m.HeldSince
 			}
 		} else {
 			es.Value = e.Value
 		}
+		w := e.who()
+		es.Host, es.PID, es.Label = w.Host, w.PID, w.Label
 		if d, ok := e.waited(now); ok {
 			es.Waited = seconds(d)
 		}
@@ -162,7 +175,7 @@ func (st *lockState) print(w io.Writer) {
 		fmt.Fprintf(w, "lock %q has keys of several kinds: %d hold by the rule of their kind, %d wait (revision %d)\n", st.Name, len(st.Holders), len(st.Waiters), st.Revision)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POSITION\tKEY\tLEASE\tTTL\tCREATE-REV\tWAITED\tHELD\tPID\tHOST\tKIND")
+	fmt.Fprintln(tw, "POSITION\tKEY\tLEASE\tTTL\tCREATE-REV\tWAITED\tHELD\tPID\tHOST\tLABEL\tKIND\tVALUE")
 	for _, e := range append(append([]*entryState{}, st.Holders...), st.Waiters...) {
 		pos := "holder"
 		if e.Position > 0 {
@@ -176,12 +189,13 @@ func (st *lockState) print(w io.Writer) {
 		if e.PID != 0 {
 			pid = fmt.Sprint(e.PID)
 		}
-		kind := e.Kind
+		kind, value := e.Kind, e.Value
 		if kind == kindSemaphore {
-			kind = fmt.Sprintf("semaphore/%d", e.Limit)
+			kind, value = fmt.Sprintf("semaphore/%d", e.Limit), "" // the value is the limit
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
-			pos, e.Key, e.Lease, ttl, e.CreateRevision, age(e.Waited), age(e.Held), pid, orDash(e.Host), kind)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			pos, e.Key, e.Lease, ttl, e.CreateRevision, age(e.Waited), age(e.Held), pid,
+			orDash(e.Host), orDash(cell(e.Label)), kind, orDash(cell(value)))
 	}
 	tw.Flush()
 }
@@ -191,6 +205,22 @@ func age(s *float64) string {
 		return "-"
 	}
 	return roundAge(time.Duration(*s * float64(time.Second))).String()
+}
+
+// maxCell is the longest label or value the table shows, in runes.
+const maxCell = 40
+
+// cell is s for one cell of the table: quoted (Go syntax) if it holds
+// spaces, tabs, newlines or other characters that would break the
+// columns, and cut to maxCell runes with "..." if longer.
+func cell(s string) string {
+	if r := []rune(s); len(r) > maxCell {
+		s = string(r[:maxCell]) + "..."
+	}
+	if strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) }) {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 func orDash(s string) string {

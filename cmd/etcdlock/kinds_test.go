@@ -236,6 +236,11 @@ func TestInspectKinds(t *testing.T) {
 			if e.Key != string(kvs[i].Key) || e.Kind != "semaphore" || e.Limit != 2 || e.Holds != (i < 2) || e.CreateRevision != kvs[i].CreateRevision || e.Lease != fmt.Sprintf("%x", kvs[i].Lease) {
 				t.Errorf("entry %d = %+v, want %s, a semaphore key of limit 2, holds %v", i, e, kvs[i].Key, i < 2)
 			}
+			// Who holds comes from the session's owner record: the key's
+			// value is the limit.
+			if e.PID != ps[i].cmd.Process.Pid || e.Host == "" || e.Label != "etcdlock lock" || e.Value != "2" {
+				t.Errorf("entry %d = %+v, want pid %d, a host, label \"etcdlock lock\", value 2", i, e, ps[i].cmd.Process.Pid)
+			}
 		}
 		out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"inspect", pfx})
 		t.Logf("inspect %s:\n%s", pfx, out)
@@ -245,8 +250,8 @@ func TestInspectKinds(t *testing.T) {
 		}
 		for i, want := range []string{"holder", "holder", "1"} {
 			f := strings.Fields(lines[2+i])
-			if f[0] != want || f[1] != string(kvs[i].Key) || f[len(f)-1] != "semaphore/2" {
-				t.Errorf("row %d = %q, want %s %s ... semaphore/2", i, lines[2+i], want, kvs[i].Key)
+			if f[0] != want || f[1] != string(kvs[i].Key) || f[7] != fmt.Sprint(ps[i].cmd.Process.Pid) || f[len(f)-2] != "semaphore/2" || f[len(f)-1] != "-" {
+				t.Errorf("row %d = %q, want %s %s ... pid %d ... semaphore/2 -", i, lines[2+i], want, kvs[i].Key, ps[i].cmd.Process.Pid)
 			}
 		}
 		for _, p := range ps {
@@ -286,7 +291,7 @@ func TestInspectKinds(t *testing.T) {
 		}
 		out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"inspect", pfx})
 		t.Logf("inspect %s:\n%s", pfx, out)
-		if !strings.Contains(out, "held by 1 readers, 2 waiting") || strings.Count(out, " reader\n") != 2 || strings.Count(out, " writer\n") != 1 {
+		if !strings.Contains(out, "held by 1 readers, 2 waiting") || strings.Count(out, " reader  ") != 2 || strings.Count(out, " writer  ") != 1 {
 			t.Errorf("inspect printed:\n%s", out)
 		}
 		if err := rw.RUnlock(t.Context()); err != nil {

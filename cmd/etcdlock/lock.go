@@ -386,7 +386,8 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 		return err
 	}
 	defer stopMetrics()
-	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name), concurrency.WithMetrics(srv.metrics))
+	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name),
+		concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(owner("lock", command)))
 	if err != nil {
 		return err
 	}

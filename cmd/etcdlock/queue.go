@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -25,10 +26,11 @@ type entry struct {
 	TTL   int64 // seconds left on the lease; -1 if it is gone
 	Rev   int64 // create revision: the order in the queue, and the holder's fencing token
 	Value string
-	Meta  *meta  // nil unless the key was written by etcdlock lock
-	Kind  string // what kind of lock the key belongs to (concurrency.KeyKind's names)
-	Limit int    // a semaphore's limit, from its value; 0 for other kinds
-	Holds bool   // the key holds, by the rule of its kind (concurrency.QueueKey.Holds)
+	Meta  *meta              // nil unless the key was written by etcdlock lock
+	Owner *concurrency.Owner // its session's owner record (concurrency.WithOwner); nil if none
+	Kind  string             // what kind of lock the key belongs to (concurrency.KeyKind's names)
+	Limit int                // a semaphore's limit, from its value; 0 for other kinds
+	Holds bool               // the key holds, by the rule of its kind (concurrency.QueueKey.Holds)
 }
 
 // Kinds of lock key, as concurrency.KeyKind names them.
@@ -72,6 +74,18 @@ type meta struct {
 	HeldSince    time.Time `json:"held_since,omitzero"`
 }
 
+// owner is the owner record of the sessions of etcdlock's lock and elect
+// (concurrency.WithOwner): this host and process, and a label saying which
+// subcommand runs which command, so that inspect shows them for every kind
+// of lock, semaphores and elections included.
+func owner(subcommand string, command []string) concurrency.Owner {
+	label := "etcdlock " + subcommand
+	if len(command) > 0 {
+		label += ": " + filepath.Base(command[0])
+	}
+	return concurrency.ProcessOwner(label)
+}
+
 // newMeta describes this process, waiting since since.
 func newMeta(since time.Time) meta {
 	host, _ := os.Hostname()
@@ -103,6 +117,7 @@ func readQueue(ctx context.Context, cli *clientv3.Client, name string) ([]entry,
 			Rev:   k.CreateRevision,
 			Value: k.Value,
 			Meta:  parseMeta([]byte(k.Value)),
+			Owner: k.Owner,
 			Kind:  k.Kind.String(),
 			Limit: k.Limit,
 			Holds: k.Holds,
@@ -126,23 +141,36 @@ func annotate(ctx context.Context, cli *clientv3.Client, key string, rev int64, 
 }
 
 // describe says who e is, for messages: its key, lease, and what its
-// metadata tells, as of now.
+// metadata and owner record tell, as of now.
 func (e entry) describe(now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s (lease %x", e.Key, int64(e.Lease))
-	if m := e.Meta; m != nil {
-		if m.PID != 0 {
-			fmt.Fprintf(&b, ", pid %d", m.PID)
-		}
-		if m.Host != "" {
-			fmt.Fprintf(&b, " on %s", m.Host)
-		}
-		if !m.HeldSince.IsZero() {
-			fmt.Fprintf(&b, ", held %s", roundAge(now.Sub(m.HeldSince)))
-		}
+	w := e.who()
+	if w.PID != 0 {
+		fmt.Fprintf(&b, ", pid %d", w.PID)
+	}
+	if w.Host != "" {
+		fmt.Fprintf(&b, " on %s", w.Host)
+	}
+	if m := e.Meta; m != nil && !m.HeldSince.IsZero() {
+		fmt.Fprintf(&b, ", held %s", roundAge(now.Sub(m.HeldSince)))
 	}
 	b.WriteString(")")
 	return b.String()
+}
+
+// who is what is known of e's owner: the host and pid from the record
+// etcdlock lock wrote into the key, else from its session's owner record,
+// with the label of the latter.
+func (e entry) who() concurrency.Owner {
+	var w concurrency.Owner
+	if e.Owner != nil {
+		w = *e.Owner
+	}
+	if m := e.Meta; m != nil {
+		w.Host, w.PID = m.Host, m.PID
+	}
+	return w
 }
 
 // waited is how long e waited for the lock: until it acquired it, or until
