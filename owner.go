@@ -32,12 +32,16 @@ func ProcessOwner(label string) Owner {
 // OwnerPrefix is where owner records live: a session created WithOwner
 // writes OwnerPrefix followed by its lease ID in hex ("%x", as a Mutex key
 // names it), with the Owner in JSON as its value, attached to the lease.
-// The record is outside every lock name, so no lock and no other client
-// (etcd's package, etcdctl) sees it, and it vanishes with the lease. On a
+// The record is outside every lock name a program would choose, so no
+// lock and no other client (etcd's package, etcdctl) sees it, and it
+// vanishes with the lease; do not name a lock "/_concurrency" or
+// "/_concurrency/owner", whose queues would hold the records (a lock name
+// is a key prefix). On a
 // cluster with authentication, the session's user needs write permission
-// on the prefix, and Inspect's user read permission (without it, Inspect
-// shows no owners).
-const OwnerPrefix = "/concurrency/owner/"
+// on the prefix for its record to be written, and Inspect's user read
+// permission to show it; without either, Inspect shows no owners, and
+// nothing else changes.
+const OwnerPrefix = "/_concurrency/owner/"
 
 // maxOwnerSize bounds an owner record (its JSON), so that a label cannot
 // make every session write a large key.
@@ -55,11 +59,14 @@ func ownerKey(id clientv3.LeaseID) string {
 // keys themselves are unchanged: a Mutex key stays empty and interoperates
 // with etcd's package and etcdctl lock.
 //
-// If the put fails, NewSession revokes the lease it granted (not one
-// adopted WithLease) and returns the error; an Owner whose JSON is larger
-// than 1 KiB gives an error matching ErrInvalidOwner before any round
-// trip. Sessions sharing a lease (WithLease) share one record: the last
-// written wins.
+// The record only informs: if its put is refused (no permission on
+// OwnerPrefix) or fails, the session goes on without it, Inspect shows no
+// owner for its keys, and NewSession logs a warning through the client's
+// logger. Only the end of NewSession's context during the put fails
+// NewSession, as during the grant; it then revokes the lease it granted
+// (not one adopted WithLease). An Owner whose JSON is larger than 1 KiB
+// gives an error matching ErrInvalidOwner before any round trip. Sessions
+// sharing a lease (WithLease) share one record: the last written wins.
 func WithOwner(o Owner) SessionOption {
 	return func(so *sessionOptions) { so.owner = &o }
 }

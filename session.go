@@ -86,8 +86,8 @@ type keyState struct {
 //
 // It returns an error matching ErrNilClient for a nil client; on error
 // nothing is left running and no lease is granted (a lease granted before
-// the owner record failed is revoked, or, if that fails too, expires after
-// its TTL). As in etcd's package,
+// the context ended during the owner record's put is revoked, or, if that
+// fails too, expires after its TTL). As in etcd's package,
 // WithLease on a lease that does not exist (etcd's election service passes
 // lease -1 to sessions that only read) gives a session that has already
 // ended: Leader and Observe work on it, while Lock and Campaign return an
@@ -159,13 +159,17 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	}
 	if o.owner != nil {
 		if err := s.writeOwner(o.ctx, record); err != nil {
-			if o.leaseID == clientv3.NoLease {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), cleanupTimeout)
-				client.Revoke(ctx, id)
-				cancel()
+			if o.ctx.Err() != nil {
+				if o.leaseID == clientv3.NoLease {
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), cleanupTimeout)
+					client.Revoke(ctx, id)
+					cancel()
+				}
+				s.endLife(fmt.Errorf("%w: NewSession's context ended", ErrSessionExpired))
+				return nil, fmt.Errorf("concurrency: NewSession: owner record: %w", err)
 			}
-			s.endLife(fmt.Errorf("%w: owner record not written", ErrSessionExpired))
-			return nil, fmt.Errorf("concurrency: NewSession: owner record: %w", err)
+			client.GetLogger().Warn("concurrency: WithOwner: the owner record was not written; the session goes on without it",
+				zap.String("key", ownerKey(id)), zap.Error(err))
 		}
 	}
 	stop := context.AfterFunc(o.ctx, func() {

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
@@ -114,51 +112,44 @@ func TestOwnerKeepsMutexInterop(t *testing.T) {
 }
 
 // failPuts makes a client's Put requests fail with PermissionDenied, as
-// on a cluster where the user may not write OwnerPrefix, and remembers the
-// last lease granted.
-type failPuts struct{ granted atomic.Int64 }
-
-func (f *failPuts) option(cfg *clientv3.Config) {
+// on a cluster where the user may not write OwnerPrefix.
+func failPuts(cfg *clientv3.Config) {
 	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
 		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			if method == "/etcdserverpb.KV/Put" {
 				return status.Error(codes.PermissionDenied, "test: permission denied")
 			}
-			err := invoker(ctx, method, req, reply, cc, opts...)
-			if r, ok := reply.(*pb.LeaseGrantResponse); ok && err == nil {
-				f.granted.Store(r.ID)
-			}
-			return err
+			return invoker(ctx, method, req, reply, cc, opts...)
 		}))
 }
 
-// A session whose owner record cannot be written is not created, and the
-// lease it was granted is revoked; a record too large is refused before
-// any round trip; Lead refuses it at once.
+// A session whose owner record is refused goes on without it: its locks
+// work, and Inspect shows no owner. A record too large is refused before
+// any round trip, by NewSession and at once by Lead.
 func TestOwnerErrors(t *testing.T) {
-	etcdtest.Begin(t)
-	var f failPuts
-	c := sharedClient(t, f.option)
-	s, err := concurrency.NewSession(c, concurrency.WithOwner(concurrency.ProcessOwner("denied")))
-	if status.Code(err) != codes.PermissionDenied {
-		if s != nil {
-			s.Close()
-		}
-		t.Fatalf("NewSession with an owner it may not write = %v, want permission denied", err)
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t, failPuts)
+	s := newSession(t, c, concurrency.WithOwner(concurrency.ProcessOwner("denied")))
+	m := concurrency.NewMutex(s, pfx)
+	if err := m.Lock(t.Context()); err != nil {
+		t.Fatalf("Lock on a session whose owner record was refused: %v", err)
 	}
-	id := clientv3.LeaseID(f.granted.Load())
-	if id == clientv3.NoLease {
-		t.Fatal("no lease was granted before the owner record")
+	q, err := concurrency.Inspect(t.Context(), c, pfx)
+	if err != nil || len(q.Keys) != 1 || q.Keys[0].Owner != nil {
+		t.Fatalf("Inspect = %+v, %v; want one key without an owner", q, err)
 	}
-	if resp, err := c.TimeToLive(t.Context(), id); err != nil || resp.TTL != -1 {
-		t.Fatalf("the lease of the failed NewSession: %v, %v; want revoked", resp, err)
+	if n := countKey(t, c, concurrency.OwnerPrefix+strconv.FormatInt(int64(s.Lease()), 16)); n != 0 {
+		t.Fatalf("a refused owner record exists")
+	}
+	if err := m.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 
 	huge := concurrency.Owner{Label: strings.Repeat("x", 2000)}
 	if _, err := concurrency.NewSession(c, concurrency.WithOwner(huge)); !errors.Is(err, concurrency.ErrInvalidOwner) {
 		t.Fatalf("NewSession with a 2000-byte label = %v, want ErrInvalidOwner", err)
 	}
-	err = concurrency.Lead(t.Context(), c, "/test/owner-huge", "v", func(context.Context, *concurrency.Election) error {
+	err = concurrency.Lead(t.Context(), c, pfx+"/lead", "v", func(context.Context, *concurrency.Election) error {
 		t.Error("Lead ran fn with an invalid owner")
 		return nil
 	}, concurrency.WithLeadOwner(huge))
