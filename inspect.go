@@ -111,7 +111,8 @@ func (q *Queue) filter(holds bool) []QueueKey {
 // The keys come from one linearizable read (Queue.Revision); then Inspect
 // asks etcd for the TTL of each distinct lease, one round trip each, and
 // for the owner records of the leases (WithOwner), one round trip per 100
-// leases, so the TTLs and owners are a little later than the keys. Inspect
+// leases, so the TTLs and owners are a little later than the keys (owners
+// that cannot be read, e.g. without permission, are left nil). Inspect
 // blocks for these
 // round trips, which ctx bounds: if ctx ends first, it returns an error
 // matching ctx.Err(). A nil client gives ErrNilClient and an empty name

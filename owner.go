@@ -7,9 +7,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
+	"go.uber.org/zap"
 )
 
 // Owner says who holds a session's keys, for operators: a session created
@@ -39,8 +40,12 @@ func ProcessOwner(label string) Owner {
 // is a key prefix). On a
 // cluster with authentication, the session's user needs write permission
 // on the prefix for its record to be written, and Inspect's user read
-// permission to show it; without either, Inspect shows no owners, and
-// nothing else changes.
+// permission to show it; without either, Inspect shows no owners. etcd
+// lets only a user who may write every key attached to a lease revoke it
+// (etcd #8031): a written record is one more such key, so an operator whose
+// role covers only the lock names cannot revoke an owned session's lease
+// (etcdctl lease revoke) and must delete its lock key instead
+// (etcdlock force-unlock).
 const OwnerPrefix = "/_concurrency/owner/"
 
 // maxOwnerSize bounds an owner record (its JSON), so that a label cannot
@@ -60,13 +65,16 @@ func ownerKey(id clientv3.LeaseID) string {
 // with etcd's package and etcdctl lock.
 //
 // The record only informs: if its put is refused (no permission on
-// OwnerPrefix) or fails, the session goes on without it, Inspect shows no
-// owner for its keys, and NewSession logs a warning through the client's
-// logger. Only the end of NewSession's context during the put fails
-// NewSession, as during the grant; it then revokes the lease it granted
-// (not one adopted WithLease). An Owner whose JSON is larger than 1 KiB
-// gives an error matching ErrInvalidOwner before any round trip. Sessions
-// sharing a lease (WithLease) share one record: the last written wins.
+// OwnerPrefix), fails, or takes more than a third of the TTL (it never
+// delays the first renewal), the session goes on without it, Inspect shows
+// no owner for its keys, and NewSession logs a warning through the
+// client's logger. Only the end of NewSession's context during the put
+// fails NewSession, as during the grant; it then revokes the lease it
+// granted, or, on a lease adopted WithLease, deletes the record if it is
+// still the one it may have written. An Owner whose JSON is larger than 1
+// KiB gives an error matching ErrInvalidOwner before any round trip.
+// Sessions sharing a lease (WithLease) share one record: the last written
+// wins.
 func WithOwner(o Owner) SessionOption {
 	return func(so *sessionOptions) { so.owner = &o }
 }
@@ -96,10 +104,41 @@ func ownerRecord(o Owner) (string, error) {
 	return string(b), nil
 }
 
-// writeOwner puts the owner record of the session's lease.
-func (s *Session) writeOwner(ctx context.Context, record string) error {
-	_, err := s.client.Put(ctx, ownerKey(s.id), record, clientv3.WithLease(s.id))
-	return err
+// recordOwner writes the owner record of a new session whose lease was
+// granted (or renewed) in a request sent at sent. The put gets at most a
+// third of the TTL from then, so that the first renewal, which the
+// keepalive goroutine sends a third of the TTL after it starts, still comes
+// well before the deadline: a slow put costs the record, never the
+// session. It returns an error only when ctx, NewSession's, ended: the put
+// is then undone as far as it can be (the lease revoked if NewSession
+// granted it; on an adopted lease, the record deleted if it is still this
+// one), on a fresh context bounded by cleanupTimeout. Any other failure is
+// logged through the client's logger, and the session goes on without the
+// record.
+func (s *Session) recordOwner(ctx context.Context, sent time.Time, record string) error {
+	key := ownerKey(s.id)
+	pctx, cancel := context.WithDeadline(ctx, sent.Add(s.ttl/3))
+	defer cancel()
+	_, err := s.client.Put(pctx, key, record, clientv3.WithLease(s.id))
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() == nil:
+		s.client.GetLogger().Warn("concurrency: WithOwner: the owner record was not written; the session goes on without it",
+			zap.String("key", key), zap.Error(err))
+		return nil
+	}
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer ccancel()
+	if s.opts.leaseID == clientv3.NoLease {
+		s.client.Revoke(cctx, s.id)
+	} else {
+		s.client.Txn(cctx).
+			If(clientv3.Compare(clientv3.Value(key), "=", record), clientv3.Compare(clientv3.LeaseValue(key), "=", s.id)).
+			Then(clientv3.OpDelete(key)).
+			Commit()
+	}
+	return fmt.Errorf("concurrency: NewSession: owner record: %w", err)
 }
 
 // maxTxnOps is how many reads readOwners puts in one transaction, below
@@ -107,8 +146,12 @@ func (s *Session) writeOwner(ctx context.Context, record string) error {
 const maxTxnOps = 100
 
 // readOwners returns the owner record of each lease in ids that has one.
-// Records it cannot parse are skipped, and a user without permission to
-// read OwnerPrefix gets no owners, not an error.
+// Records are informative, so a failure to read them gives no owners (or
+// those read so far) rather than an error, unless ctx ended: a user
+// without permission to read OwnerPrefix, or a cluster whose
+// --max-txn-ops is below maxTxnOps, still gets the queue. Records it cannot
+// parse, or whose key is on another lease than its name says (written by
+// hand), are skipped.
 func readOwners(ctx context.Context, c *clientv3.Client, ids []clientv3.LeaseID) (map[clientv3.LeaseID]*Owner, error) {
 	owners := make(map[clientv3.LeaseID]*Owner)
 	for len(ids) > 0 {
@@ -118,16 +161,16 @@ func readOwners(ctx context.Context, c *clientv3.Client, ids []clientv3.LeaseID)
 			ops[i] = clientv3.OpGet(ownerKey(id))
 		}
 		resp, err := c.Txn(ctx).Then(ops...).Commit()
-		if c := grpcCode(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
-			return owners, nil
-		}
 		if err != nil {
-			return nil, err
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			return owners, nil
 		}
 		for i, r := range resp.Responses {
 			kvs := r.GetResponseRange().GetKvs()
 			if len(kvs) == 0 || kvs[0].Lease != int64(ids[i]) {
-				continue // none, or a record left on another lease by hand
+				continue
 			}
 			var o Owner
 			if json.Unmarshal(kvs[0].Value, &o) == nil {

@@ -158,18 +158,9 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 		return s, nil
 	}
 	if o.owner != nil {
-		if err := s.writeOwner(o.ctx, record); err != nil {
-			if o.ctx.Err() != nil {
-				if o.leaseID == clientv3.NoLease {
-					ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), cleanupTimeout)
-					client.Revoke(ctx, id)
-					cancel()
-				}
-				s.endLife(fmt.Errorf("%w: NewSession's context ended", ErrSessionExpired))
-				return nil, fmt.Errorf("concurrency: NewSession: owner record: %w", err)
-			}
-			client.GetLogger().Warn("concurrency: WithOwner: the owner record was not written; the session goes on without it",
-				zap.String("key", ownerKey(id)), zap.Error(err))
+		if err := s.recordOwner(o.ctx, sent, record); err != nil {
+			s.endLife(fmt.Errorf("%w: NewSession's context ended", ErrSessionExpired))
+			return nil, err
 		}
 	}
 	stop := context.AfterFunc(o.ctx, func() {

@@ -5,10 +5,15 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -111,25 +116,42 @@ func TestOwnerKeepsMutexInterop(t *testing.T) {
 	}
 }
 
-// failPuts makes a client's Put requests fail with PermissionDenied, as
-// on a cluster where the user may not write OwnerPrefix.
-func failPuts(cfg *clientv3.Config) {
+// putHook runs f in place of each Put request of a client, with the
+// request's invoker, and remembers the last lease granted.
+type putHook struct {
+	f       func(ctx context.Context, invoke func(context.Context) error) error
+	granted atomic.Int64
+}
+
+func (h *putHook) option(cfg *clientv3.Config) {
 	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
 		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			invoke := func(ctx context.Context) error { return invoker(ctx, method, req, reply, cc, opts...) }
 			if method == "/etcdserverpb.KV/Put" {
-				return status.Error(codes.PermissionDenied, "test: permission denied")
+				return h.f(ctx, invoke)
 			}
-			return invoker(ctx, method, req, reply, cc, opts...)
+			err := invoke(ctx)
+			if r, ok := reply.(*pb.LeaseGrantResponse); ok && err == nil {
+				h.granted.Store(r.ID)
+			}
+			return err
 		}))
 }
 
-// A session whose owner record is refused goes on without it: its locks
-// work, and Inspect shows no owner. A record too large is refused before
-// any round trip, by NewSession and at once by Lead.
-func TestOwnerErrors(t *testing.T) {
+// A session whose owner record is refused (a user without permission on
+// OwnerPrefix) goes on without it, with a warning: its locks work, and
+// Inspect shows no owner.
+func TestOwnerRefused(t *testing.T) {
 	pfx := etcdtest.Begin(t)
-	c := sharedClient(t, failPuts)
+	h := putHook{f: func(context.Context, func(context.Context) error) error {
+		return status.Error(codes.PermissionDenied, "test: permission denied")
+	}}
+	logs, observed := observer.New(zap.WarnLevel)
+	c := sharedClient(t, h.option, func(cfg *clientv3.Config) { cfg.Logger = zap.New(logs) })
 	s := newSession(t, c, concurrency.WithOwner(concurrency.ProcessOwner("denied")))
+	if w := observed.FilterMessageSnippet("owner record was not written").All(); len(w) != 1 {
+		t.Errorf("%d warnings about the refused record, want 1: %v", len(w), observed.All())
+	}
 	m := concurrency.NewMutex(s, pfx)
 	if err := m.Lock(t.Context()); err != nil {
 		t.Fatalf("Lock on a session whose owner record was refused: %v", err)
@@ -138,18 +160,93 @@ func TestOwnerErrors(t *testing.T) {
 	if err != nil || len(q.Keys) != 1 || q.Keys[0].Owner != nil {
 		t.Fatalf("Inspect = %+v, %v; want one key without an owner", q, err)
 	}
-	if n := countKey(t, c, concurrency.OwnerPrefix+strconv.FormatInt(int64(s.Lease()), 16)); n != 0 {
-		t.Fatalf("a refused owner record exists")
-	}
 	if err := m.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+}
 
+// A slow owner put never costs the session: it is given up after a third
+// of the TTL, before the first renewal is due. (Unbounded, a put of 2 s on
+// a 3 s lease ended the session 0.7 s after NewSession returned.)
+func TestOwnerSlowPut(t *testing.T) {
+	etcdtest.Begin(t)
+	h := putHook{f: func(ctx context.Context, invoke func(context.Context) error) error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+		return invoke(ctx)
+	}}
+	c := sharedClient(t, h.option)
+	s := newSession(t, c, concurrency.WithTTL(3), concurrency.WithOwner(concurrency.ProcessOwner("slow")))
+	first := s.Deadline()
+	// Two renewals later, the session still lives.
+	etcdtest.Eventually(t, 10*time.Second, func() bool { return s.Deadline().After(first.Add(time.Second)) || s.Ctx().Err() != nil },
+		"two renewals of the session")
+	if err := context.Cause(s.Ctx()); err != nil {
+		t.Fatalf("the session ended after a slow owner record: %v", err)
+	}
+}
+
+// When NewSession's context ends during the owner put (here after etcd
+// applied it, the answer lost), NewSession fails and leaves nothing: the
+// lease it granted is revoked; on an adopted lease, which lives on, the
+// record it wrote is deleted.
+func TestOwnerContextEndsDuringPut(t *testing.T) {
+	etcdtest.Begin(t)
+	var stop context.CancelFunc // NewSession's context, in turn
+	h := putHook{f: func(ctx context.Context, invoke func(context.Context) error) error {
+		err := invoke(ctx)
+		stop()
+		if err != nil {
+			return err
+		}
+		return context.Canceled
+	}}
+	c := sharedClient(t, h.option)
+	owner := concurrency.WithOwner(concurrency.ProcessOwner("cancelled"))
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stop = cancel
+	if s, err := concurrency.NewSession(c, concurrency.WithContext(ctx), owner); err == nil || s != nil {
+		t.Fatalf("NewSession = %v, %v; want an error", s, err)
+	}
+	id := clientv3.LeaseID(h.granted.Load())
+	if resp, err := c.TimeToLive(t.Context(), id); id == clientv3.NoLease || err != nil || resp.TTL != -1 {
+		t.Fatalf("the lease %x of the failed NewSession: %v, %v; want revoked", int64(id), resp, err)
+	}
+
+	grant, err := c.Grant(t.Context(), 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Revoke(context.Background(), grant.ID)
+	actx, acancel := context.WithCancel(t.Context())
+	defer acancel()
+	stop = acancel
+	if s, err := concurrency.NewSession(c, concurrency.WithContext(actx), concurrency.WithLease(grant.ID), owner); err == nil || s != nil {
+		t.Fatalf("NewSession on an adopted lease = %v, %v; want an error", s, err)
+	}
+	if n := countKey(t, c, concurrency.OwnerPrefix+strconv.FormatInt(int64(grant.ID), 16)); n != 0 {
+		t.Fatal("the owner record of the failed NewSession is left on the adopted lease")
+	}
+	if resp, err := c.TimeToLive(t.Context(), grant.ID); err != nil || resp.TTL <= 0 {
+		t.Fatalf("the adopted lease: %v, %v; want it alive", resp, err)
+	}
+}
+
+// A record too large is refused before any round trip, by NewSession and
+// at once by Lead.
+func TestOwnerTooLarge(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
 	huge := concurrency.Owner{Label: strings.Repeat("x", 2000)}
 	if _, err := concurrency.NewSession(c, concurrency.WithOwner(huge)); !errors.Is(err, concurrency.ErrInvalidOwner) {
 		t.Fatalf("NewSession with a 2000-byte label = %v, want ErrInvalidOwner", err)
 	}
-	err = concurrency.Lead(t.Context(), c, pfx+"/lead", "v", func(context.Context, *concurrency.Election) error {
+	err := concurrency.Lead(t.Context(), c, pfx, "v", func(context.Context, *concurrency.Election) error {
 		t.Error("Lead ran fn with an invalid owner")
 		return nil
 	}, concurrency.WithLeadOwner(huge))
