@@ -15,7 +15,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdproc"
 	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
 )
@@ -455,11 +454,12 @@ func (r *run) counter(ctx context.Context, key, ops string) hc.CounterState {
 }
 
 // leftovers lists what the run left in etcd: keys under the lock and
-// registry prefixes, owner records, and leases.
+// registry prefixes, and leases (the workers' owner records go with
+// theirs).
 func (r *run) leftovers(ctx context.Context) []string {
 	var left []string
-	for _, p := range []string{r.pfx + "/lock/", r.pfx + "/reg/", concurrency.OwnerPrefix} {
-		resp, err := r.ctl.Get(ctx, p, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	for _, p := range []string{"/lock/", "/reg/"} {
+		resp, err := r.ctl.Get(ctx, r.pfx+p, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			return []string{err.Error()}
 		}

@@ -195,7 +195,7 @@ func (st *lockState) print(w io.Writer) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			pos, e.Key, e.Lease, ttl, e.CreateRevision, age(e.Waited), age(e.Held), pid,
-			orDash(e.Host), orDash(cell(e.Label)), kind, orDash(cell(value)))
+			cell(e.Host), cell(e.Label), kind, cell(value))
 	}
 	tw.Flush()
 }
@@ -207,25 +207,23 @@ func age(s *float64) string {
 	return roundAge(time.Duration(*s * float64(time.Second))).String()
 }
 
-// maxCell is the longest label or value the table shows, in runes.
+// maxCell is the longest host, label or value the table shows, in runes.
 const maxCell = 40
 
-// cell is s for one cell of the table: quoted (Go syntax) if it holds
-// spaces, tabs, newlines or other characters that would break the
-// columns, and cut to maxCell runes with "..." if longer.
+// cell is s for one cell of the table: "-" when empty; quoted (Go syntax)
+// when it holds spaces, quotes, characters that are not printable, or is
+// "-" itself, so that the columns and "-" stay unambiguous; cut to maxCell
+// runes, with "..." after it (outside the quotes), when longer.
 func cell(s string) string {
-	if r := []rune(s); len(r) > maxCell {
-		s = string(r[:maxCell]) + "..."
-	}
-	if strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) }) {
-		return strconv.Quote(s)
-	}
-	return s
-}
-
-func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	more := ""
+	if r := []rune(s); len(r) > maxCell {
+		s, more = string(r[:maxCell]), "..."
+	}
+	if s == "-" || strings.ContainsFunc(s, func(r rune) bool { return r == '"' || !unicode.IsGraphic(r) || unicode.IsSpace(r) }) {
+		s = strconv.Quote(s)
+	}
+	return s + more
 }

@@ -165,3 +165,22 @@ func TestForceUnlockWrongKey(t *testing.T) {
 	holder.expectExit(10*time.Second, exitLost)
 	etcdtest.WaitKeys(t, c, pfx, 0)
 }
+
+// A cell of inspect's table is one field, and "-" only when empty.
+func TestInspectCell(t *testing.T) {
+	long := strings.Repeat("é", 45)
+	for _, tc := range []struct{ in, want string }{
+		{"", "-"},
+		{"one", "one"},
+		{"-", `"-"`},
+		{"two words", `"two words"`},
+		{`"x"`, `"\"x\""`},
+		{"tab\there", `"tab\there"`},
+		{long, strings.Repeat("é", 40) + "..."},
+		{"a " + long, `"a ` + strings.Repeat("é", 38) + `"...`},
+	} {
+		if got := cell(tc.in); got != tc.want {
+			t.Errorf("cell(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}

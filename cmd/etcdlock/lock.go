@@ -132,7 +132,8 @@ queue, at most once every 5 s (not with --quiet). The lock key's value is
 set to a small JSON record (host, pid, since when it waited and held) that
 inspect shows; other clients ignore the value. (Not with --limit: the value
 of a semaphore key is its limit.) The session also records its owner (host,
-pid, and the label "etcdlock lock: COMMAND") beside its lease, under
+pid, and the label "etcdlock lock", followed by ": " and the base name of
+the command if there is one) beside its lease, under
 /_concurrency/owner/, which inspect shows for every kind of lock; where the
 user may not write there, the lock works without it.
 

@@ -160,14 +160,14 @@ func (e entry) describe(now time.Time) string {
 }
 
 // who is what is known of e's owner: the host and pid from the record
-// etcdlock lock wrote into the key, else from its session's owner record,
-// with the label of the latter.
+// etcdlock lock wrote into the key when it has them, else from its
+// session's owner record, with the label of the latter.
 func (e entry) who() concurrency.Owner {
 	var w concurrency.Owner
 	if e.Owner != nil {
 		w = *e.Owner
 	}
-	if m := e.Meta; m != nil {
+	if m := e.Meta; m != nil && m.PID != 0 {
 		w.Host, w.PID = m.Host, m.PID
 	}
 	return w
