@@ -113,9 +113,8 @@ func (q *Queue) filter(holds bool) []QueueKey {
 // for the owner records of the leases (WithOwner), one round trip per 100
 // leases, so the TTLs and owners are a little later than the keys (owners
 // that cannot be read, e.g. without permission, are left nil). Inspect
-// blocks for these
-// round trips, which ctx bounds: if ctx ends first, it returns an error
-// matching ctx.Err(). A nil client gives ErrNilClient and an empty name
+// blocks for these round trips, which ctx bounds: if ctx ends first, it
+// returns an error matching ctx.Err(). A nil client gives ErrNilClient and an empty name
 // ErrInvalidPrefix, before any round trip; an etcd error is returned
 // wrapped. On any error the Queue is nil.
 func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, error) {

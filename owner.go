@@ -37,15 +37,16 @@ func ProcessOwner(label string) Owner {
 // lock and no other client (etcd's package, etcdctl) sees it, and it
 // vanishes with the lease; do not name a lock "/_concurrency" or
 // "/_concurrency/owner", whose queues would hold the records (a lock name
-// is a key prefix). On a
-// cluster with authentication, the session's user needs write permission
-// on the prefix for its record to be written, and Inspect's user read
-// permission to show it; without either, Inspect shows no owners. etcd
-// lets only a user who may write every key attached to a lease revoke it
-// (etcd #8031): a written record is one more such key, so an operator whose
-// role covers only the lock names cannot revoke an owned session's lease
-// (etcdctl lease revoke) and must delete its lock key instead
-// (etcdlock force-unlock).
+// is a key prefix).
+//
+// On a cluster with authentication, the session's user needs write
+// permission on the prefix for its record to be written, and Inspect's
+// user read permission to show it; without either, Inspect shows no
+// owners. etcd lets only a user who may write every key attached to a
+// lease revoke it (etcd #8031): a written record is one more such key, so
+// an operator whose role covers only the lock names cannot revoke an owned
+// session's lease (etcdctl lease revoke) and must delete its lock key
+// instead (etcdlock force-unlock).
 const OwnerPrefix = "/_concurrency/owner/"
 
 // maxOwnerSize bounds an owner record (its JSON), so that a label cannot
