@@ -194,9 +194,9 @@ func (c *client) session() *concurrency.Session {
 		c.rec(hc.Op{Type: hc.Invoke, F: hc.FSession})
 		// NewSession's grant is bounded by the session's own context: the
 		// process's life, not the run, so that Close can revoke after it.
-		// Every session records its owner, as etcdlock's do: the extra
-		// put, and the revoke of a lease whose record failed, run under the
-		// faults too, and the record must go with the lease.
+		// Every session records its owner, as etcdlock's do, so that the
+		// extra put (given a third of the TTL) runs under the faults too;
+		// the record must go with the lease.
 		s, err := concurrency.NewSession(c.cli, concurrency.WithTTL(*ttl), concurrency.WithContext(c.life),
 			concurrency.WithOwner(concurrency.ProcessOwner(fmt.Sprintf("faults worker %d", *proc))))
 		if err != nil {

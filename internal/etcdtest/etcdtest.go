@@ -147,9 +147,9 @@ func Eventually(t testing.TB, d time.Duration, cond func() bool, format string, 
 }
 
 // Cut makes member m of a cluster started with UseBridge unreachable to
-// its clients until m.Bridge().Unblackhole() or the end of the test: every connection through
-// its bridge is dropped, and the bridge answers new ones but carries
-// nothing either way. The bridge's Blackhole alone is not enough for a
+// its clients until m.Bridge().Unblackhole() or the end of the test: every
+// connection through its bridge is dropped, and the bridge answers new
+// ones but carries nothing either way. The bridge's Blackhole alone is not enough for a
 // test that needs the next request to fail: each of the bridge's copy
 // goroutines checks it only between reads, so the chunk it is already
 // waiting for (the next request, and its answer) still goes through. A
