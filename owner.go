@@ -53,10 +53,9 @@ const OwnerPrefix = "/_concurrency/owner/"
 // make every session write a large key.
 const maxOwnerSize = 1024
 
-// ownerKey is the key of the owner record of lease id.
-func ownerKey(id clientv3.LeaseID) string {
-	return OwnerPrefix + strconv.FormatInt(int64(id), 16)
-}
+// ownerKey is the key of the owner record of lease id, named as a Mutex
+// key is.
+func ownerKey(id clientv3.LeaseID) string { return leaseKey(OwnerPrefix, id) }
 
 // WithOwner has NewSession record o as the owner of every key the session
 // writes (see OwnerPrefix): one put attached to the lease, in the same

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -88,8 +87,8 @@ func owner(subcommand string, command []string) concurrency.Owner {
 
 // newMeta describes this process, waiting since since.
 func newMeta(since time.Time) meta {
-	host, _ := os.Hostname()
-	return meta{Host: host, PID: os.Getpid(), WaitingSince: since.UTC()}
+	o := concurrency.ProcessOwner("")
+	return meta{Host: o.Host, PID: o.PID, WaitingSince: since.UTC()}
 }
 
 func parseMeta(v []byte) *meta {
