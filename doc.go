@@ -54,6 +54,22 @@
 //   - Mutex.Txn writes to etcd only if the hold is still current, checked by
 //     the server in the same transaction as the write.
 //
+// No wait or hold trusts a connection that says nothing. A connection can
+// go silent without a reset (a NAT or firewall drops its state, a host
+// stops answering): bytes are accepted and nothing comes back, and
+// clientv3's default configuration has no gRPC keepalive to notice. So
+// every request of the package waits a sixth of its session's TTL at most
+// (between 1 s and 5 s) before it is sent again, on the client's next
+// connection, and every watch that a wait or a hold relies on asks its
+// stream for progress after a third of the TTL without a word (between
+// 1 s and 20 s), and gives the stream up if that goes unanswered. With the
+// default TTL of 60 s, a hold whose key is deleted while its watch's
+// connection is silent ends within about 25 s of the deletion, plus the
+// reads that find it gone, and a waiter whose predecessor is gone is
+// granted or told as soon; with a TTL of 6 s, within about 3 s. An idle
+// stream costs one progress request per third of the TTL, whatever the
+// number of waits and holds on it (BENCHMARKS.md).
+//
 // A lock used only for efficiency (doing work once rather than twice) needs
 // none of these; a lock used for correctness needs fencing or guarded
 // writes.
@@ -86,7 +102,14 @@
 //     range over every key under "/";
 //   - a second Lock on a held Mutex waits, as sync.Mutex does;
 //   - Unlock, Resign and Close retry transient failures until their ctx
-//     ends, and a failed Resign keeps the leadership (#22123).
+//     ends, and a failed Resign keeps the leadership (#22123);
+//   - no wait, hold or request waits for ever on a connection that went
+//     silent (see above): etcd's waiter stayed blocked on a free lock, and
+//     its holder's Ctx alive after the key was deleted;
+//   - NewSession gives up after the TTL asked for (a minute at most) when
+//     etcd does not answer, with an error matching
+//     context.DeadlineExceeded, where etcd's waited on the client's
+//     context for ever (#19778).
 //
 // An Election's other fixes are listed on its type. Like etcd's, an
 // orphaned session (Orphan) stays usable while someone else keeps its

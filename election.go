@@ -230,10 +230,7 @@ func (e *Election) Proclaim(ctx context.Context, val string) error {
 	e.adopt()
 	key, rev, hd := e.leaderKey, e.rev, e.hold
 	e.mu.Unlock()
-	resp, err := e.s.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpPut(key, val, clientv3.WithLease(e.s.id))).
-		Commit()
+	resp, err := e.s.setIfRev(ctx, key, rev, val)
 	if err != nil {
 		return err
 	}
@@ -333,7 +330,7 @@ func (e *Election) Leader(ctx context.Context) (*clientv3.GetResponse, error) {
 	if err := validate(e.s, e.pfx); err != nil {
 		return nil, err
 	}
-	resp, err := e.s.client.Get(ctx, e.pfx, clientv3.WithFirstCreate()...)
+	resp, err := e.s.get(ctx, e.pfx, clientv3.WithFirstCreate()...)
 	if err != nil {
 		return nil, err
 	}
@@ -392,13 +389,13 @@ func (e *Election) observe(ctx context.Context, ch chan<- *clientv3.GetResponse)
 		}
 	}
 	for {
-		resp, err := client.Get(ctx, e.pfx, clientv3.WithFirstCreate()...)
+		resp, err := e.s.get(ctx, e.pfx, clientv3.WithFirstCreate()...)
 		if err == nil {
 			rev := resp.Header.Revision
 			if len(resp.Kvs) == 0 {
 				// No leader: wait for the first candidate, then read which
 				// key leads (several may have come at once).
-				err = watchUntil(ctx, client, e.pfx, nil, func(wr clientv3.WatchResponse) (bool, error) {
+				err = watchUntil(ctx, client, e.s.live(), e.pfx, nil, func(wr clientv3.WatchResponse) (bool, error) {
 					return len(wr.Events) > 0, nil
 				}, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(rev+1))
 			} else {
@@ -408,7 +405,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- *clientv3.GetResponse)
 				if !post(resp.Header, kv) {
 					return
 				}
-				err = watchUntil(ctx, client, string(kv.Key), nil, func(wr clientv3.WatchResponse) (bool, error) {
+				err = watchUntil(ctx, client, e.s.live(), string(kv.Key), nil, func(wr clientv3.WatchResponse) (bool, error) {
 					for _, ev := range wr.Events {
 						if ev.Type == mvccpb.DELETE {
 							return true, nil

@@ -136,7 +136,7 @@ func (h *hold) watchKey(ctx context.Context) {
 		// fails only on a refusal (permission denied) that may yet pass:
 		// try again, until the key goes or the hold ends. The session's
 		// deadline bounds how long a hold can outlive a dead connection.
-		if err := waitDelete(ctx, h.s.client, target{key: h.key, create: h.rev}, seenRev, &b); err == nil {
+		if err := waitDelete(ctx, h.s, target{key: h.key, create: h.rev}, seenRev, &b); err == nil {
 			if ctx.Err() == nil {
 				h.lost()
 			}
@@ -238,7 +238,7 @@ func (h *hold) release(ctx context.Context) (ended bool, err error) {
 	h.unpromote()
 	var deleted, unsure bool
 	err = retry(ctx, func() (err error) {
-		deleted, err = deleteRev(ctx, h.s.client, h.key, h.rev)
+		deleted, err = h.s.deleteRev(ctx, h.key, h.rev)
 		unsure = unsure || err != nil
 		return err
 	})

@@ -110,7 +110,7 @@ func Lead(ctx context.Context, cli *clientv3.Client, pfx, val string, fn func(ct
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			watchLeaders(wctx, fin, cli, prefix(pfx), o.onChange)
+			watchLeaders(wctx, fin, cli, livenessFor(time.Duration(o.ttl)*time.Second), prefix(pfx), o.onChange)
 		}()
 		defer func() {
 			finish()
@@ -571,8 +571,8 @@ func (st *LeaderStatus) notifyLocked() {
 // Once fin is cancelled, it catches up with the revision etcd has then and
 // returns: the last report shows what Lead left behind. ctx bounds that,
 // and ends it at once.
-func watchLeaders(ctx, fin context.Context, cli *clientv3.Client, pfx string, notify func(LeaderInfo)) {
-	w := &leaderWatch{cli: cli, pfx: pfx, notify: notify, keys: make(map[string]LeaderInfo)}
+func watchLeaders(ctx, fin context.Context, cli *clientv3.Client, l liveness, pfx string, notify func(LeaderInfo)) {
+	w := &leaderWatch{cli: cli, l: l, pfx: pfx, notify: notify, keys: make(map[string]LeaderInfo)}
 	backoff := leadMinBackoff
 	for ctx.Err() == nil && cli.Ctx().Err() == nil {
 		rev, err := w.read(ctx)
@@ -605,6 +605,7 @@ func watchLeaders(ctx, fin context.Context, cli *clientv3.Client, pfx string, no
 // leaderWatch is the state of watchLeaders, used by its goroutine only.
 type leaderWatch struct {
 	cli    *clientv3.Client
+	l      liveness // of the terms' sessions: see probe
 	pfx    string
 	notify func(LeaderInfo)
 	keys   map[string]LeaderInfo // the candidates, by key
@@ -628,7 +629,11 @@ func (w *leaderWatch) report() {
 // read reads the candidates, reports the leader, and returns the revision
 // read.
 func (w *leaderWatch) read(ctx context.Context) (int64, error) {
-	resp, err := w.cli.Get(ctx, w.pfx, clientv3.WithPrefix())
+	var resp *clientv3.GetResponse
+	err := answered(ctx, w.l.wait, func(ctx context.Context) (err error) {
+		resp, err = w.cli.Get(ctx, w.pfx, clientv3.WithPrefix())
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -645,13 +650,20 @@ func (w *leaderWatch) read(ctx context.Context) (int64, error) {
 // ended and it has seen the revision etcd had then, and otherwise the error
 // that ended the watch.
 func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, gen := watchContext(ctx)
+	wctx, cancel := context.WithCancel(wctx)
 	defer cancel()
-	wch := w.cli.Watch(wctx, w.pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	p := newProbe(wctx, w.cli, w.l, gen)
+	defer p.stop()
+	wch := w.cli.Watch(wctx, w.pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithCreatedNotify())
 	seen, target := rev, int64(0) // target: etcd's revision once fin ended
 	finc := fin.Done()
 	for {
 		select {
+		case <-p.due():
+			if err := p.ask(); err != nil {
+				return err
+			}
 		case wr, ok := <-wch:
 			if !ok {
 				if err := ctx.Err(); err != nil {
@@ -659,6 +671,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 				}
 				return fmt.Errorf("concurrency: watch of %q closed", w.pfx)
 			}
+			p.heard()
 			if err := wr.Err(); err != nil {
 				return err
 			}
@@ -682,7 +695,11 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 			}
 		case <-finc:
 			finc = nil
-			resp, err := w.cli.Get(ctx, w.pfx, clientv3.WithCountOnly())
+			var resp *clientv3.GetResponse
+			err := answered(ctx, w.l.wait, func(ctx context.Context) (err error) {
+				resp, err = w.cli.Get(ctx, w.pfx, clientv3.WithCountOnly())
+				return err
+			})
 			if err != nil {
 				return err
 			}

@@ -342,11 +342,18 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 		then = []clientv3.Op{r.guard(then, r.refused)}
 	}
 	orElse := []clientv3.Op{clientv3.OpGet(key)}
-	resp, err := s.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(then...).
-		Else(orElse...).
-		Commit()
+	// Sent again if unanswered: the transaction of an attempt that was
+	// applied after all finds the key, which is adopted, as after a lost
+	// answer.
+	var resp *clientv3.TxnResponse
+	err := s.ask(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(then...).
+			Else(orElse...).
+			Commit()
+		return err
+	})
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return queued{}, s.leaseGone(err)
 	}
@@ -390,10 +397,7 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 // create revision rev; if not, it returns an error matching
 // ErrSessionExpired (the key was deleted).
 func putIfRev(ctx context.Context, s *Session, key string, rev int64, val string) error {
-	resp, err := s.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpPut(key, val, clientv3.WithLease(s.id))).
-		Commit()
+	resp, err := s.setIfRev(ctx, key, rev, val)
 	if err != nil {
 		return err
 	}
@@ -458,7 +462,11 @@ func judge(ctx context.Context, s *Session, r rule, key string, rev int64) (judg
 	if r.foreign != "" {
 		ops = append(ops, clientv3.OpGet(r.pfx, clientv3.WithRange(r.foreign), clientv3.WithMaxCreateRev(rev-1), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
 	}
-	resp, err := s.client.Txn(ctx).Then(ops...).Commit()
+	var resp *clientv3.TxnResponse
+	err := s.ask(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.client.Txn(ctx).Then(ops...).Commit()
+		return err
+	})
 	if err != nil {
 		return judgement{}, err
 	}

@@ -82,7 +82,12 @@ type keyState struct {
 // NewSession grants a lease (or adopts the one given with WithLease) and
 // starts keeping it alive. It blocks for one round trip to etcd (two
 // WithOwner), bounded by the context given with WithContext (default: the
-// client's).
+// client's) and, unlike etcd's (#19778), by the TTL asked for, a minute at
+// most: if etcd has not answered by then, it returns an error matching
+// context.DeadlineExceeded. An attempt that gets no answer within a sixth
+// of the TTL (1 s to 5 s) is sent again, on the client's next connection;
+// a lease granted by an attempt whose answer was lost has no key and
+// expires after its TTL.
 //
 // It returns an error matching ErrNilClient for a nil client; on error
 // nothing is left running and no lease is granted (a lease granted before
@@ -117,16 +122,33 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	sent := time.Now()
 	var granted int64
 	var missing error
+	// Unlike etcd's (#19778), the first round trip never waits forever
+	// for a cluster that does not answer: each attempt waits for its
+	// answer as a session's request does (see answered), and all of them
+	// for newSessionTimeout at most.
+	wait := livenessFor(time.Duration(o.ttl) * time.Second).wait
+	gctx, cancel := context.WithTimeoutCause(o.ctx, newSessionTimeout(o.ttl),
+		fmt.Errorf("%w: NewSession: etcd did not answer within %v", context.DeadlineExceeded, newSessionTimeout(o.ttl)))
+	defer cancel()
 	if id == clientv3.NoLease {
-		resp, err := client.Grant(o.ctx, int64(o.ttl))
+		var resp *clientv3.LeaseGrantResponse
+		err := answered(gctx, wait, func(ctx context.Context) (err error) {
+			resp, err = client.Grant(ctx, int64(o.ttl))
+			return err
+		})
 		if err != nil {
-			return nil, err
+			return nil, sessionStartErr(gctx, err)
 		}
 		id, granted = resp.ID, resp.TTL
 	} else {
 		// Renew the adopted lease once, to learn its TTL (and so the
 		// deadline) before anything is attached to it.
-		resp, err := client.KeepAliveOnce(o.ctx, id)
+		var resp *clientv3.LeaseKeepAliveResponse
+		err := answered(gctx, wait, func(ctx context.Context) (err error) {
+			resp, err = client.KeepAliveOnce(ctx, id)
+			return err
+		})
+		err = sessionStartErr(gctx, err)
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			missing = fmt.Errorf("%w: lease %x: %w: %w", ErrSessionExpired, int64(id), ErrLeaseNotFound, err)
@@ -170,6 +192,22 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	s.done.Add(1)
 	go s.run()
 	return s, nil
+}
+
+// newSessionTimeout bounds NewSession's first round trip for a session
+// asking for a TTL of ttl seconds: the TTL, and a minute at most.
+func newSessionTimeout(ttl int) time.Duration {
+	return min(time.Duration(ttl)*time.Second, time.Minute)
+}
+
+// sessionStartErr is err, NewSession's first request's, with the cause
+// when its bound (see newSessionTimeout) rather than the caller's context
+// ended it.
+func sessionStartErr(gctx context.Context, err error) error {
+	if err != nil && gctx.Err() != nil && context.Cause(gctx) != gctx.Err() {
+		return context.Cause(gctx)
+	}
+	return err
 }
 
 // Client is the etcd client that is attached to the session.
@@ -240,8 +278,10 @@ func (s *Session) Close() error {
 	ctx, cancel := context.WithTimeout(s.opts.ctx, s.ttl)
 	defer cancel()
 	err := retry(ctx, func() error {
-		_, err := s.client.Revoke(ctx, s.id)
-		return err
+		return s.ask(ctx, func(ctx context.Context) error {
+			_, err := s.client.Revoke(ctx, s.id)
+			return err
+		})
 	})
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return nil
@@ -316,6 +356,25 @@ func (s *Session) renew() error {
 		s.deadline = d
 	}
 	return nil
+}
+
+// live is how long the session's waits and holds trust a silent
+// connection (see liveness).
+func (s *Session) live() liveness { return livenessFor(s.ttl) }
+
+// ask sends one request to etcd with op until it is answered, waiting for
+// each attempt s.live().wait at most (see answered).
+func (s *Session) ask(ctx context.Context, op func(ctx context.Context) error) error {
+	return answered(ctx, s.live().wait, op)
+}
+
+// get is a linearizable read of key, asked as ask does.
+func (s *Session) get(ctx context.Context, key string, opts ...clientv3.OpOption) (resp *clientv3.GetResponse, err error) {
+	err = s.ask(ctx, func(ctx context.Context) error {
+		resp, err = s.client.Get(ctx, key, opts...)
+		return err
+	})
+	return resp, err
 }
 
 // deadlineAfter is the conservative deadline for a renewal of a lease with
@@ -601,29 +660,53 @@ func (s *Session) startSweep(key string, now time.Time) (rev int64, ok bool) {
 // if it is attached to this session's lease.
 func (s *Session) deleteKey(ctx context.Context, key string, rev int64) error {
 	if rev > 0 {
-		_, err := deleteRev(ctx, s.client, key, rev)
+		_, err := s.deleteRev(ctx, key, rev)
 		return err
 	}
-	_, err := s.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.LeaseValue(key), "=", s.id)).
-		Then(clientv3.OpDelete(key)).
-		Commit()
-	return err
+	return s.ask(ctx, func(ctx context.Context) error {
+		_, err := s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.LeaseValue(key), "=", s.id)).
+			Then(clientv3.OpDelete(key)).
+			Commit()
+		return err
+	})
 }
 
 // deleteRev deletes key only if its create revision is rev, so that a late
 // or retried delete never removes a newer incarnation of the same key (etcd
 // #22082). A key that is already gone or newer is not an error.
-// It reports whether it deleted the key.
-func deleteRev(ctx context.Context, client *clientv3.Client, key string, rev int64) (bool, error) {
-	resp, err := client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpDelete(key)).
-		Commit()
+// It reports whether it deleted the key. An attempt that is not answered
+// in time is sent again (see ask); a key that the next attempt finds gone
+// was then most likely deleted by the first, and counts as deleted.
+func (s *Session) deleteRev(ctx context.Context, key string, rev int64) (bool, error) {
+	var resp *clientv3.TxnResponse
+	tries := 0
+	err := s.ask(ctx, func(ctx context.Context) (err error) {
+		tries++
+		resp, err = s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+			Then(clientv3.OpDelete(key)).
+			Commit()
+		return err
+	})
 	if err != nil {
 		return false, err
 	}
-	return resp.Succeeded, nil
+	return resp.Succeeded || tries > 1, nil
+}
+
+// setIfRev sets the value of key, on the session's lease, if key still has
+// create revision rev, in one transaction, asked as ask does (applying it
+// twice sets the same value twice).
+func (s *Session) setIfRev(ctx context.Context, key string, rev int64, val string) (resp *clientv3.TxnResponse, err error) {
+	err = s.ask(ctx, func(ctx context.Context) error {
+		resp, err = s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, val, clientv3.WithLease(s.id))).
+			Commit()
+		return err
+	})
+	return resp, err
 }
 
 type sessionOptions struct {

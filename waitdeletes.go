@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 )
 
 // This file holds the wait shared by every primitive on the queue (see
@@ -68,7 +73,7 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 		switch {
 		case next.over != "":
 			over := next.over
-			judged, err = waitRange(ctx, s.client, over, seenRev, &wb, func() (bool, int64, error) {
+			judged, err = waitRange(ctx, s, over, seenRev, &wb, func() (bool, int64, error) {
 				var err error
 				if j, err = judge(ctx, s, r, key, rev); err != nil {
 					return false, 0, err
@@ -78,7 +83,7 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 				return j.holds || j.next.over != over, j.hdr.Revision, nil
 			})
 		case next.key != "":
-			err = waitDelete(ctx, s.client, next, seenRev, &wb)
+			err = waitDelete(ctx, s, next, seenRev, &wb)
 		}
 		if err != nil {
 			return nil, err
@@ -113,9 +118,9 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 // that waiting cannot fix. After compaction (the watch could not resume), a
 // member without a leader, or a lost connection, it reads the key again,
 // retrying while etcd does not answer, and watches anew.
-func waitDelete(ctx context.Context, client *clientv3.Client, t target, seenRev int64, b *backoff) error {
+func waitDelete(ctx context.Context, s *Session, t target, seenRev int64, b *backoff) error {
 	for {
-		err := watchDelete(ctx, client, t, seenRev, b)
+		err := watchDelete(ctx, s, t, seenRev, b)
 		if err == nil || ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -129,7 +134,7 @@ func waitDelete(ctx context.Context, client *clientv3.Client, t target, seenRev 
 				return ctx.Err()
 			}
 		}
-		resp, err := client.Get(ctx, t.key)
+		resp, err := s.get(ctx, t.key)
 		if transient(err) {
 			continue // watch again: the key is read once more
 		}
@@ -151,16 +156,16 @@ func (t target) changed(kvs []*mvccpb.KeyValue) bool {
 
 // watchDelete is one watch of waitDelete, from the server's current
 // revision.
-func watchDelete(ctx context.Context, client *clientv3.Client, t target, seenRev int64, b *backoff) error {
-	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *backoff) error {
+	var opts []clientv3.OpOption
 	if !t.onPut {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	return watchUntil(ctx, client, t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
+	return watchUntil(ctx, s.client, s.live(), t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if wr.Created && wr.Header.Revision > seenRev {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
-			resp, err := client.Get(ctx, t.key)
+			resp, err := s.get(ctx, t.key)
 			if err != nil {
 				return false, err
 			}
@@ -192,9 +197,9 @@ func watchDelete(ctx context.Context, client *clientv3.Client, t target, seenRev
 // reads after). It returns ctx.Err() when ctx ends, and the error of check
 // or of the watch when waiting cannot fix it; after a transient failure of
 // either it waits (b) and returns, for the caller to read again.
-func waitRange(ctx context.Context, client *clientv3.Client, over string, seenRev int64, b *backoff, check func() (stop bool, seen int64, err error)) (checked bool, err error) {
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
-	err = watchUntil(ctx, client, over, b, func(wr clientv3.WatchResponse) (bool, error) {
+func waitRange(ctx context.Context, s *Session, over string, seenRev int64, b *backoff, check func() (stop bool, seen int64, err error)) (checked bool, err error) {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()}
+	err = watchUntil(ctx, s.client, s.live(), over, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if wr.Created && wr.Header.Revision > seenRev {
 			stop, seen, err := check()
 			if err != nil || stop {
@@ -231,26 +236,152 @@ func waitRange(ctx context.Context, client *clientv3.Client, over string, seenRe
 // lost connection, ctx). The watch requires a leader: on a member without
 // one it ends with an error instead of waiting for events that never come.
 // A watch that starts resets b, the backoff between failed watches.
-func watchUntil(ctx context.Context, client *clientv3.Client, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+//
+// A watch that hears nothing from its stream for a while asks the stream
+// for progress (see probe); if no answer comes in time either, the stream
+// is taken for dead and watchUntil returns an error matching errNoAnswer,
+// for the caller to read again and watch anew, on a new stream.
+func watchUntil(ctx context.Context, client *clientv3.Client, l liveness, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
+	wctx, gen := watchContext(ctx)
+	wctx, cancel := context.WithCancel(wctx)
 	defer cancel()
-	for wr := range client.Watch(wctx, key, opts...) {
-		if err := wr.Err(); err != nil {
-			return err
-		}
-		if wr.Created {
-			b.reset()
-		}
-		if done, err := fn(wr); done || err != nil {
-			return err
+	p := newProbe(wctx, client, l, gen)
+	defer p.stop()
+	wch := client.Watch(wctx, key, append(opts, clientv3.WithCreatedNotify())...)
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				return fmt.Errorf("%w: %q", errWatchClosed, key)
+			}
+			p.heard()
+			if err := wr.Err(); err != nil {
+				return err
+			}
+			if wr.Created {
+				b.reset()
+			}
+			if done, err := fn(wr); done || err != nil {
+				return err
+			}
+		case <-p.due():
+			if err := p.ask(); err != nil {
+				return err
+			}
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return fmt.Errorf("%w: %q", errWatchClosed, key)
 }
 
 // errWatchClosed is the error of a watch whose channel closed without an
 // error: the client lost its stream, and a new watch may succeed.
 var errWatchClosed = errors.New("concurrency: watch closed")
+
+// liveness is how long the package trusts a connection to etcd that says
+// nothing. A connection can go silent without a reset (a NAT or firewall
+// that drops its state, a host that stops answering): bytes are accepted
+// and nothing comes back. clientv3's default configuration has no gRPC
+// keepalive, and its round-robin balancer keeps sending every other
+// request to such a connection, while the session's renewals, each
+// bounded, go on succeeding through the others. So no request waits for
+// more than wait (see answered), and no watch trusts a stream that has
+// said nothing for idle and then did not answer a progress request within
+// wait (see probe).
+type liveness struct {
+	idle time.Duration // a watch that heard nothing for this long asks for progress
+	wait time.Duration // how long an answer may take: a progress request's or any one request's
+}
+
+// livenessFor is the liveness of a session with the given TTL: idle a
+// third of it (when the session renews its lease), between 1 s and 20 s;
+// wait a sixth, between 1 s and 5 s. A watch on a silent stream gives it
+// up within idle plus wait, at most half the TTL, and 25 s. A session
+// that knows no TTL (WithLease on a missing lease) counts the default.
+func livenessFor(ttl time.Duration) liveness {
+	if ttl <= 0 {
+		ttl = defaultSessionTTL * time.Second
+	}
+	return liveness{idle: min(max(ttl/3, time.Second), 20*time.Second), wait: min(max(ttl/6, time.Second), 5*time.Second)}
+}
+
+// watchGen numbers the gRPC stream that carries the package's watches.
+// clientv3 multiplexes every watch whose context has the same outgoing
+// metadata onto one stream, and keeps that stream, dead or not, while any
+// of its watches lives. A watch that finds its stream silent moves the
+// number on, so that the watches opened after it (its own again, and every
+// other of the process) go on a new stream, which the balancer places on a
+// connection of its choosing, while those still on the silent stream move
+// over as their own probes find it silent.
+var watchGen atomic.Int64
+
+// watchStreamKey is the metadata key that carries watchGen. etcd ignores
+// it; clientv3 picks a watch's stream by its context's metadata.
+const watchStreamKey = "concurrency-watch-stream"
+
+// watchContext is the context for a watch of the package: it requires a
+// leader (see watchUntil) and names the current stream. It returns the
+// stream's number too.
+func watchContext(ctx context.Context) (context.Context, int64) {
+	gen := watchGen.Load()
+	return metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), watchStreamKey, strconv.FormatInt(gen, 10)), gen
+}
+
+// probe keeps a watch from trusting a silent stream. Every response the
+// watch receives shows the stream alive (heard). Once the watch has heard
+// nothing for about l.idle, it asks the stream for progress: etcd answers
+// on the stream, and clientv3 hands the answer (a progress notification)
+// to every watch of the stream. If nothing comes within l.wait, the stream
+// is silent: ask returns errNoAnswer and moves watchGen on. Since every
+// watch of the stream hears one watch's answer, and each waits a random
+// part of idle more before it asks, a stream of many idle watches costs
+// about one progress request per idle, not one per watch. A new watch
+// counts as asked: its created response is the answer.
+//
+// A progress request goes unanswered on a live stream too while one of its
+// watches catches up on old events (etcd answers only when every watch of
+// the stream is synced): then the watch is opened again on a new stream,
+// after one more read; nothing is missed.
+type probe struct {
+	ctx    context.Context // the watch's: its metadata names the stream
+	client *clientv3.Client
+	l      liveness
+	gen    int64 // the stream's number (see watchContext)
+	t      *time.Timer
+	asked  bool // a request is out (or the created response is due)
+}
+
+func newProbe(ctx context.Context, client *clientv3.Client, l liveness, gen int64) *probe {
+	return &probe{ctx: ctx, client: client, l: l, gen: gen, t: time.NewTimer(l.wait), asked: true}
+}
+
+// due is the channel on which the probe's timer fires.
+func (p *probe) due() <-chan time.Time { return p.t.C }
+
+// heard records a response on the stream.
+func (p *probe) heard() {
+	p.asked = false
+	p.t.Reset(p.l.idle + rand.N(p.l.idle/2))
+}
+
+// ask is called when the timer fires: if a request was out, the stream is
+// silent and ask returns errNoAnswer; if not, it sends one.
+func (p *probe) ask() error {
+	if !p.asked {
+		p.asked = true
+		p.t.Reset(p.l.wait)
+		rctx, cancel := context.WithTimeout(p.ctx, p.l.wait)
+		err := p.client.RequestProgress(rctx)
+		cancel()
+		if err == nil || p.ctx.Err() != nil {
+			return nil
+		}
+		// The request could not even be queued on the stream.
+	}
+	watchGen.CompareAndSwap(p.gen, p.gen+1)
+	return fmt.Errorf("%w: the watch stream said nothing for %v", errNoAnswer, p.l.idle+p.l.wait)
+}
+
+// stop stops the probe's timer.
+func (p *probe) stop() { p.t.Stop() }
