@@ -395,9 +395,9 @@ func (e *Election) observe(ctx context.Context, ch chan<- *clientv3.GetResponse)
 			if len(resp.Kvs) == 0 {
 				// No leader: wait for the first candidate, then read which
 				// key leads (several may have come at once).
-				err = watchUntil(ctx, client, e.s.live(), e.pfx, nil, func(wr clientv3.WatchResponse) (bool, error) {
+				err = watchAfter(ctx, client, e.s.live(), e.pfx, rev, func(wr clientv3.WatchResponse) (bool, error) {
 					return len(wr.Events) > 0, nil
-				}, clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(rev+1))
+				}, clientv3.WithPrefix(), clientv3.WithFilterDelete())
 			} else {
 				// The oldest key leads until it is deleted: no key created
 				// later can be older. Post its values until then.
@@ -405,7 +405,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- *clientv3.GetResponse)
 				if !post(resp.Header, kv) {
 					return
 				}
-				err = watchUntil(ctx, client, e.s.live(), string(kv.Key), nil, func(wr clientv3.WatchResponse) (bool, error) {
+				err = watchAfter(ctx, client, e.s.live(), string(kv.Key), rev, func(wr clientv3.WatchResponse) (bool, error) {
 					for _, ev := range wr.Events {
 						if ev.Type == mvccpb.DELETE {
 							return true, nil
@@ -418,7 +418,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- *clientv3.GetResponse)
 						}
 					}
 					return false, nil
-				}, clientv3.WithRev(rev+1))
+				})
 			}
 		}
 		if ctx.Err() != nil || client.Ctx().Err() != nil {

@@ -588,7 +588,7 @@ func watchLeaders(ctx, fin context.Context, cli *clientv3.Client, l liveness, pf
 		case fin.Err() != nil:
 			w.read(ctx) // the last report, as good as it gets
 			return
-		case errors.Is(err, rpctypes.ErrCompacted):
+		case errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, errMissed):
 			continue // reading again is enough
 		}
 		t := time.NewTimer(jittered(backoff))
@@ -655,7 +655,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 	defer cancel()
 	p := newProbe(wctx, w.cli, w.l, gen)
 	defer p.stop()
-	wch := w.cli.Watch(wctx, w.pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithCreatedNotify())
+	wch := w.cli.Watch(wctx, w.pfx, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 	seen, target := rev, int64(0) // target: etcd's revision once fin ended
 	finc := fin.Done()
 	for {
@@ -674,6 +674,9 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 			p.heard()
 			if err := wr.Err(); err != nil {
 				return err
+			}
+			if missed(wr, rev) {
+				return errMissed // read again
 			}
 			for i, ev := range wr.Events {
 				k := string(ev.Kv.Key)
@@ -713,6 +716,10 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 		}
 	}
 }
+
+// errMissed ends a watch of the candidates that began after revisions the
+// read before it did not see (see missed).
+var errMissed = errors.New("concurrency: the watch began past the read")
 
 // jittered is half to all of d, at random, so that candidates that failed
 // together do not retry together.

@@ -162,7 +162,7 @@ func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *ba
 		opts = append(opts, clientv3.WithFilterPut())
 	}
 	return watchUntil(ctx, s.client, s.live(), t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
-		if wr.Created && wr.Header.Revision > seenRev {
+		if missed(wr, seenRev) {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
 			resp, err := s.get(ctx, t.key)
@@ -200,7 +200,7 @@ func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *ba
 func waitRange(ctx context.Context, s *Session, over string, seenRev int64, b *backoff, check func() (stop bool, seen int64, err error)) (checked bool, err error) {
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()}
 	err = watchUntil(ctx, s.client, s.live(), over, b, func(wr clientv3.WatchResponse) (bool, error) {
-		if wr.Created && wr.Header.Revision > seenRev {
+		if missed(wr, seenRev) {
 			stop, seen, err := check()
 			if err != nil || stop {
 				checked = err == nil
@@ -228,6 +228,39 @@ func waitRange(ctx context.Context, s *Session, over string, seenRev int64, b *b
 	default:
 		return false, err
 	}
+}
+
+// missed reports whether wr is the created response of a watch that began
+// after revision rev, which a read saw last: something written in between
+// may have been missed, and the caller reads again. The package's watches
+// start at the server's current revision rather than at rev+1: etcd
+// answers a progress request (see probe) only once every watch of the
+// stream has reached its start revision, so one watch waiting for a
+// revision not yet written would leave every other watch of the stream
+// without an answer while the cluster is idle.
+func missed(wr clientv3.WatchResponse, rev int64) bool {
+	return wr.Created && wr.Header.Revision > rev
+}
+
+// watchAfter is watchUntil for a caller that needs every event after
+// revision rev, which its read saw last (Observe posts every value). It
+// watches from the server's current revision and, only if that watch
+// began past rev (see missed), watches again from rev+1, a revision etcd
+// has written by then: so it never opens a watch at a revision not yet
+// written, which would leave the stream's progress requests unanswered.
+func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key string, rev int64, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
+	replay := false
+	err := watchUntil(ctx, client, l, key, nil, func(wr clientv3.WatchResponse) (bool, error) {
+		if missed(wr, rev) {
+			replay = true
+			return true, nil
+		}
+		return fn(wr)
+	}, opts...)
+	if err != nil || !replay {
+		return err
+	}
+	return watchUntil(ctx, client, l, key, nil, fn, append(opts, clientv3.WithRev(rev+1))...)
 }
 
 // watchUntil watches key with opts until fn, called on each response in

@@ -3,10 +3,15 @@ package concurrency_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdproc"
@@ -216,5 +221,106 @@ func TestHalfOpenNewSessionReturns(t *testing.T) {
 		c.Close() // ends the hung call
 		<-errc
 		t.Fatalf("NewSession still waits %v on a member that never answers", halfOpenBound)
+	}
+}
+
+// trafficCounter counts, for a client, its unary requests to etcd's KV
+// service and the progress requests sent on its watch streams.
+type trafficCounter struct{ kv, progress atomic.Int64 }
+
+func (tc *trafficCounter) option(cfg *clientv3.Config) {
+	cfg.DialOptions = append(cfg.DialOptions,
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if strings.HasPrefix(method, "/etcdserverpb.KV/") {
+				tc.kv.Add(1)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			return progressCounting{cs, &tc.progress}, err
+		}))
+}
+
+type progressCounting struct {
+	grpc.ClientStream
+	n *atomic.Int64
+}
+
+func (s progressCounting) SendMsg(m any) error {
+	if r, ok := m.(*pb.WatchRequest); ok && r.GetProgressRequest() != nil {
+		s.n.Add(1)
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+// The liveness check must cost an idle client next to nothing: its watches
+// share one stream and one progress request, and a healthy stream never
+// looks silent, so nothing is read again. Here a client holds a lock (its
+// Ctx watched), queues 12 waiters behind it, and observes an election, all
+// with a TTL of 3 s (a progress request after 1 to 1.5 s of silence), and
+// sits idle for 6 s. A watch opened at a revision not yet written (etcd's
+// Observe and clientv3's resumed watches do) would leave every progress
+// request of the stream unanswered while the cluster is idle, and every
+// watch would read again every two seconds or so.
+func TestIdleWatchesCostOneProgressRequest(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	var tc trafficCounter
+	c := sharedClient(t, tc.option)
+	s := newSession(t, c, concurrency.WithTTL(halfOpenTTL))
+
+	other := sharedClient(t)
+	leader := concurrency.NewElection(newSession(t, other), pfx+"/e")
+	if err := leader.Campaign(t.Context(), "v"); err != nil {
+		t.Fatal(err)
+	}
+	m := concurrency.NewMutex(s, pfx+"/held")
+	if err := m.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	m.Ctx()
+	const waiters = 12
+	for i := range waiters {
+		name := fmt.Sprintf("%s/w%d", pfx, i)
+		hm := concurrency.NewMutex(newSession(t, other), name)
+		if err := hm.Lock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		wm := concurrency.NewMutex(s, name)
+		errc := async(t, func() error { return wm.Lock(t.Context()) })
+		t.Cleanup(func() {
+			hm.Unlock(context.Background())
+			<-errc
+			wm.Unlock(context.Background())
+		})
+	}
+	for i := range waiters {
+		etcdtest.WaitKeys(t, other, fmt.Sprintf("%s/w%d", pfx, i), 2)
+	}
+	// Observe last, after every write of the set-up: a watch from the
+	// revision after its read would wait for one not yet written.
+	ch := observe(t, concurrency.NewElection(s, pfx+"/e"))
+	if resp := next(t, ch, 10*time.Second); string(resp.Kvs[0].Value) != "v" {
+		t.Fatalf("Observe posted %q", resp.Kvs[0].Value)
+	}
+
+	// The window: whatever the set-up read has been read by now.
+	time.Sleep(time.Second)
+	kv0, pr0 := tc.kv.Load(), tc.progress.Load()
+	const window = 6 * time.Second
+	time.Sleep(window)
+	kv, pr := tc.kv.Load()-kv0, tc.progress.Load()-pr0
+	t.Logf("in %v idle: %d KV requests, %d progress requests (%d watches on the client)", window, kv, pr, waiters+2)
+	if kv != 0 {
+		t.Errorf("%d KV requests while idle: a watch took a live stream for silent and read again", kv)
+	}
+	// One request per 1 to 1.5 s for all watches: 4 to 6, and more when
+	// several watches' timers fire before the first answer is back (a
+	// loaded machine saw 14); one request per watch: 56 to 84.
+	if pr < 1 || pr > 30 {
+		t.Errorf("%d progress requests in %v, want 1 to 30 (one per 1 to 1.5 s, shared by the %d watches)", pr, window, waiters+2)
+	}
+	if err := m.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
