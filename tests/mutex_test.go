@@ -555,7 +555,10 @@ func expectBug(t *testing.T, im impl, violation error) {
 	case im.name == "ours" && violation != nil:
 		t.Fatal(violation)
 	case im.name == "etcd" && violation == nil:
-		t.Fatal("etcd's package no longer shows the bug this test reproduces")
+		// Whether etcd's package shows its bug may depend on timing that
+		// the test does not control (when a watch reconnects): its side
+		// reports, and only this package's side asserts (issue 33).
+		t.Logf("etcd's package did not show the bug this run")
 	case violation != nil:
 		t.Logf("etcd's package, as expected: %v", violation)
 	}

@@ -1,12 +1,15 @@
 package concurrency_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
 
@@ -57,6 +60,10 @@ func TestSTMTransfer(t *testing.T) {
 
 			var wg sync.WaitGroup
 			errc := make(chan error, workers)
+			// A commit that fails with a leader change may have been
+			// applied: such transfers are counted as unknown and done
+			// again, so that each worker makes transfers that succeed.
+			var unknown atomic.Int64
 			for w := range workers {
 				c := etcdtest.NewClient(t, eps[w%len(eps):w%len(eps)+1])
 				// A linearizable read brings the worker's member up to the
@@ -75,7 +82,7 @@ func TestSTMTransfer(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for range transfers {
+					for done := 0; done < transfers; {
 						_, err := concurrency.NewSTM(c, func(stm concurrency.STM) error {
 							src, err := strconv.Atoi(stm.Get(from))
 							if err != nil {
@@ -92,7 +99,12 @@ func TestSTMTransfer(t *testing.T) {
 							stm.Put(n, strconv.Itoa(count+1))
 							return nil
 						}, opts...)
-						if err != nil {
+						switch {
+						case err == nil:
+							done++
+						case errors.Is(err, rpctypes.ErrLeaderChanged) && unknown.Load() < transfers:
+							unknown.Add(1) // a loaded machine's raft elected a new leader
+						default:
 							errc <- err
 							return
 						}
@@ -124,8 +136,12 @@ func TestSTMTransfer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != strconv.Itoa(workers*transfers) {
-				t.Errorf("transfer count = %v, want %d: a transfer was lost", resp.Kvs, workers*transfers)
+			got := -1
+			if len(resp.Kvs) == 1 {
+				got, _ = strconv.Atoi(string(resp.Kvs[0].Value))
+			}
+			if lo, hi := workers*transfers, workers*transfers+int(unknown.Load()); got < lo || got > hi {
+				t.Errorf("transfer count = %d, want %d to %d (%d commits of unknown outcome): a transfer was lost or doubled", got, lo, hi, unknown.Load())
 			}
 		})
 	}
