@@ -373,9 +373,13 @@ func watchContext(ctx context.Context) (context.Context, int64) {
 // counts as asked: its created response is the answer.
 //
 // A progress request goes unanswered on a live stream too while one of its
-// watches catches up on old events (etcd answers only when every watch of
-// the stream is synced): then the watch is opened again on a new stream,
-// after one more read; nothing is missed.
+// watches catches up on old events, or waits for a revision not yet
+// written (etcd answers only when every watch of the stream has reached
+// its start revision): the package opens no such watch (see missed), but
+// clientv3 resumes every watch of a stream that reconnects from the
+// revision after the last progress it heard. Then each watch of the stream
+// reads once more and is opened again on a new stream, once; nothing is
+// missed.
 type probe struct {
 	ctx    context.Context // the watch's: its metadata names the stream
 	client *clientv3.Client
