@@ -15,8 +15,9 @@
 #      *clientv3.GetResponse), it vets, builds and runs against the same
 #      server.
 #
-# Time: about a minute with warm caches; several more on empty ones (etcd's
-# modules, and servers 3.5 and 3.6 built by build-etcd.sh, as for run.sh).
+# Time: about 1.5 minutes with warm caches (on 2 shared cores); several
+# more on empty ones (etcd's modules, and servers 3.5 and 3.6 built by
+# build-etcd.sh, as for run.sh).
 #
 # Usage: bash compat/observe.sh
 set -euo pipefail
