@@ -21,8 +21,9 @@
 # (${XDG_CACHE_HOME:-$HOME/.cache}/concurrency-compat, as compat/build-etcd.sh
 # uses), and so is each release's export data, which never changes.
 #
-# Time: about 50 s with warm caches (6 releases, on 2 shared cores); about
-# 4 minutes on empty ones (downloading etcd's modules, building apidiff).
+# Time, with warm caches (6 releases, 2 shared cores): 50 s measured at a
+# moderate load, 2 minutes at a load average of 25 (20 s of CPU); about 4
+# minutes on empty caches (downloading etcd's modules, building apidiff).
 #
 # Usage: bash .ci/apidiff.sh   (APIDIFF_VERSIONS="v3.5.0 v3.7.3" checks
 # those releases instead of the floor and newest patch of each line)
