@@ -15,8 +15,9 @@
 #      *clientv3.GetResponse), it vets, builds and runs against the same
 #      server.
 #
-# Time: about 1.5 minutes with warm caches (on 2 shared cores); several
-# more on empty ones (etcd's modules, and servers 3.5 and 3.6 built by
+# Time, with warm caches (2 shared cores): 1.5 minutes measured at a
+# moderate load, 3 at a load average of 25 (40 s of CPU); several more on
+# empty caches (etcd's modules, and servers 3.5 and 3.6 built by
 # build-etcd.sh, as for run.sh).
 #
 # Usage: bash compat/observe.sh
