@@ -169,5 +169,5 @@ if ! diff <(sort <<<"${want%$'\n'}") <(echo "$readme") >"$work/readme.diff"; the
 	cat "$work/readme.diff"
 	status=1
 fi
-[ "$status" = 0 ] && echo "apidiff: only the allowed differences, on $(wc -w <<<"$versions") releases:$versions"
+[ "$status" = 0 ] && echo "apidiff: only the allowed differences, on $(wc -w <<<"$versions") releases: $(echo $versions)"
 exit $status

@@ -44,26 +44,7 @@ cases=(
 old='func follow(ch <-chan clientv3.GetResponse, want string) (int64, error) {'
 new='func follow(ch <-chan *clientv3.GetResponse, want string) (int64, error) {'
 
-freeport() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-
-start_server() { # version: sets ETCD_ENDPOINTS and srvpid
-	local bin port peer
-	bin=$(sh "$here/build-etcd.sh" "$1")
-	port=$(freeport)
-	peer=$(freeport)
-	"$bin" --name observe --data-dir "$work/srv-$1" \
-		--listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
-		--listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
-		--initial-cluster "observe=http://127.0.0.1:$peer" >"$work/srv-$1.log" 2>&1 &
-	srvpid=$!
-	export ETCD_ENDPOINTS="127.0.0.1:$port"
-}
-
-stop_server() {
-	kill "$srvpid" 2>/dev/null || true
-	wait "$srvpid" 2>/dev/null || true
-	srvpid=
-}
+. "$here/etcd-server.sh"
 
 status=0
 server=
