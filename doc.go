@@ -111,6 +111,25 @@
 //     context.DeadlineExceeded, where etcd's waited on the client's
 //     context for ever (#19778).
 //
+// One signature differs from etcd 3.5's and 3.6's: Observe returns
+// <-chan *clientv3.GetResponse, as etcd 3.7's does, where theirs returned
+// <-chan clientv3.GetResponse. A Go method has one signature, and no build
+// setting can follow the etcd version a program builds with (only
+// promoting etcd's own Observe would, bringing back the bugs fixed here).
+// The pointer suits 3.7, where GetResponse is a protobuf message that must
+// not be copied (go vet reports a copied lock on every value received from
+// a channel of values), and etcd 3.7's own callers need it; the usual
+// `for resp := range e.Observe(ctx)` reading resp.Kvs and resp.Header
+// compiles on every line. A 3.5 or 3.6 service that names the channel's
+// type, or passes the channel to a function typed for it, fails to compile
+// after swapping the import path, and changes that one line:
+//
+//	func follow(ch <-chan clientv3.GetResponse)  // etcd 3.5, 3.6
+//	func follow(ch <-chan *clientv3.GetResponse) // this package, etcd 3.7
+//
+// (and writes *resp where it needs a clientv3.GetResponse value). The
+// README lists every API difference, which CI checks against each line.
+//
 // An Election's other fixes are listed on its type. Like etcd's, an
 // orphaned session (Orphan) stays usable while someone else keeps its
 // lease alive, and a session on a missing lease (WithLease) has ended:

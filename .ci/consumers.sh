@@ -166,24 +166,7 @@ others() {
 	go list -m -f '{{.Path}} {{.Version}}' all | grep -E '^(go.opentelemetry.io/otel|go.opentelemetry.io/otel/trace|github.com/prometheus/client_golang|go.uber.org/zap) ' || true
 }
 
-start_server() { # version -> sets ETCD_ENDPOINTS, srvpid
-	local bin port peer
-	bin=$(sh "$lib/compat/build-etcd.sh" "$1")
-	port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-	peer=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-	"$bin" --name svc --data-dir "$work/srv-$1-$port" \
-		--listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
-		--listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
-		--initial-cluster "svc=http://127.0.0.1:$peer" >"$work/srv-$1-$port.log" 2>&1 &
-	srvpid=$!
-	export ETCD_ENDPOINTS="127.0.0.1:$port"
-}
-
-stop_server() {
-	kill "$srvpid" 2>/dev/null || true
-	wait "$srvpid" 2>/dev/null || true
-	srvpid=
-}
+. "$lib/compat/etcd-server.sh"
 
 status=0
 printf '%-14s %-8s %7s %7s %6s %6s  %s\n' service etcd before after added budget "added modules"
