@@ -343,8 +343,8 @@ func (e *Election) Leader(ctx context.Context) (*clientv3.GetResponse, error) {
 // Observe returns a channel on which it posts the leader, as Leader would
 // return it (a *clientv3.GetResponse, as etcd 3.7's Observe does; etcd
 // 3.5's and 3.6's post clientv3.GetResponse values: see the package
-// documentation for the one-line change they need), each time the leader changes or proclaims a value, in order:
-// first the current leader (or the first one once there is one), then each
+// documentation for the one-line change they need), each time the leader
+// changes or proclaims a value, in order: first the current leader (or the first one once there is one), then each
 // value after it. Each response is what a read at its Header.Revision would
 // have returned: the leader at that revision, with its value then. (etcd's
 // gave several values that reached it at once the same, later, revision,
