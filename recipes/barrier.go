@@ -25,13 +25,21 @@ func (b *Barrier) Hold() error { return b.HoldContext(context.Background()) }
 
 // HoldContext raises the barrier: it writes the key if it does not exist,
 // and returns ErrKeyExists if it does. If ctx ends while the write is in
-// flight, the barrier may or may not be held.
+// flight, it waits for etcd's answer (up to 3 s more) and returns nil if
+// the barrier was raised: it never reports a failure for a write that
+// etcd applies. Only if etcd does not answer in that time may the
+// barrier be held after an error, which then matches ctx.Err().
 func (b *Barrier) HoldContext(ctx context.Context) error {
 	if b.client == nil {
 		return ErrNilClient
 	}
-	_, err := putNew(ctx, b.client, b.key, "", clientv3.NoLease)
-	return err
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wctx, stop := settling(ctx)
+	defer stop()
+	_, err := putNew(wctx, b.client, b.key, "", clientv3.NoLease)
+	return writeErr(ctx, err)
 }
 
 // Release lowers the barrier, as ReleaseContext with context.Background().
@@ -39,13 +47,19 @@ func (b *Barrier) Release() error { return b.ReleaseContext(context.Background()
 
 // ReleaseContext lowers the barrier, whoever raised it: it deletes the
 // key, and the waiters return. Releasing a barrier that is not held does
-// nothing.
+// nothing. If ctx ends while the delete is in flight, it waits for etcd's
+// answer as HoldContext does, and returns nil if the barrier was lowered.
 func (b *Barrier) ReleaseContext(ctx context.Context) error {
 	if b.client == nil {
 		return ErrNilClient
 	}
-	_, err := b.client.Delete(ctx, b.key)
-	return err
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wctx, stop := settling(ctx)
+	defer stop()
+	_, err := b.client.Delete(wctx, b.key)
+	return writeErr(ctx, err)
 }
 
 // Wait blocks until the barrier is not held, as WaitContext with
@@ -54,19 +68,15 @@ func (b *Barrier) Wait() error { return b.WaitContext(context.Background()) }
 
 // WaitContext blocks until the barrier is not held, or ctx ends. It
 // returns at once if the barrier is not held now. It watches only the
-// barrier's key, and resumes the watch after a member restart or a lost
-// leader; it leaves nothing behind. On ctx's end it returns an error
-// matching ctx.Err().
+// barrier's key and reads it again when the watch cannot tell (a watch
+// that resumes into a compacted revision, a member restart, a lost
+// leader) and every few seconds (a silent connection): a release is never
+// missed, also when the barrier was held again meanwhile, since the key
+// is told from the one first seen by its create revision. It leaves
+// nothing behind. On ctx's end it returns an error matching ctx.Err().
 func (b *Barrier) WaitContext(ctx context.Context) error {
 	if b.client == nil {
 		return ErrNilClient
 	}
-	resp, err := b.client.Get(ctx, b.key)
-	if err != nil {
-		return err
-	}
-	if len(resp.Kvs) == 0 {
-		return nil
-	}
-	return waitDelete(ctx, b.client, b.key, resp.Header.Revision+1)
+	return waitGone(ctx, b.client, b.key, 0)
 }

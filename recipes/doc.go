@@ -14,11 +14,30 @@
 //
 // What differs from etcd's package, and why:
 //   - Every waiter watches one key where the algorithm allows it (a
-//     Barrier's key, a DoubleBarrier's ready key or one neighbour), and a
-//     watch that the server or the network ends is resumed from the last
-//     revision seen rather than taken for an event (etcd's WaitEvents
-//     returns a nil event then). A waiting Dequeue has to watch the whole
-//     queue, since any new element is for it.
+//     Barrier's key, a DoubleBarrier's ready key or one neighbour). A
+//     waiting Dequeue has to watch the whole queue, since any new element
+//     is for it.
+//   - The waits of Barrier, CountDownLatch, DoubleBarrier and Dequeue are
+//     decided by reading what they wait for, not by the watch alone: each
+//     reads again when its watch cannot resume (the revision is
+//     compacted), when the watch ends (a lost leader, a restart), and
+//     every 5 s while the watch delivers nothing, each read with a
+//     deadline, so a connection gone silent (half-open, which clientv3
+//     without keepalive never notices) cannot hide an event that has
+//     happened once any endpoint answers. A Barrier or latch key released
+//     and raised again meanwhile is told from the one first seen by its
+//     create revision; the DoubleBarrier entrant that completes the count
+//     marks the waiting entrants' keys with the ready key, so a release
+//     is found even when the ready key came and went with its writer's
+//     lease. WaitEvents, which has no state to read, resumes a watch that
+//     ends from the last revision seen (etcd's returns a nil event then),
+//     and returns ErrCompacted if that revision is gone.
+//   - A write is never cut short by ctx: etcd may apply a write after its
+//     caller gave up. When ctx ends while one is in flight, the call
+//     waits for the answer (up to 3 s more) and reports what was done:
+//     Hold, Release, Enqueue, Start and CountDown return nil if applied,
+//     and a DoubleBarrier's Enter deletes its key by revision, so a
+//     cancelled Enter leaves no entrant to complete someone else's count.
 //   - Dequeue takes the oldest element by create revision with a delete
 //     guarded by its mod revision, so two Dequeues never take one element;
 //     the delete is not cut short by ctx, so an element is either returned

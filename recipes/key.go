@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -87,6 +88,70 @@ func cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
 // cleanupTimeout bounds the requests that clean up or settle after ctx
 // has ended.
 const cleanupTimeout = 5 * time.Second
+
+// settleTimeout bounds how long a write is still awaited after its
+// caller's ctx has ended. Most answers take milliseconds; a write that
+// has none by then is stuck on a dead connection or a cluster that
+// commits nothing.
+const settleTimeout = 3 * time.Second
+
+// settling returns the context for a write of this package. etcd may
+// apply a write after its caller has given up on it, so a write is never
+// cut short by ctx: its context ends settleTimeout after ctx ends, and
+// the call waits for the answer, which says whether the write was applied
+// (the core's enqueue settles its put the same way). Only when etcd gives
+// no answer in that time is the outcome unknown. The caller calls stop
+// once the answer is in.
+func settling(ctx context.Context) (wctx context.Context, stop func()) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var (
+		mu      sync.Mutex  // guards t and stopped
+		t       *time.Timer // ends wctx, once ctx has ended
+		stopped bool
+	)
+	unhook := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t = time.AfterFunc(settleTimeout, cancel)
+		}
+	})
+	return wctx, func() {
+		unhook()
+		mu.Lock()
+		stopped = true
+		if t != nil {
+			t.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
+// writeErr is the error of a write on a context from settling that
+// returned err: err itself, and also ctx's error when ctx has ended and
+// the write failed without a definite answer (it may still be applied).
+func writeErr(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ErrKeyExists) {
+		return err
+	}
+	return fmt.Errorf("%w: the write's outcome is unknown: %w", ctx.Err(), err)
+}
+
+// deleteRev deletes key if it still has create revision rev (by name if
+// rev is 0), on a context bounded as cleanup's: a key that another call
+// has since written under the same name is left alone.
+func deleteRev(ctx context.Context, kv clientv3.KV, key string, rev int64) error {
+	cctx, cancel := cleanup(ctx)
+	defer cancel()
+	if rev == 0 {
+		_, err := kv.Delete(cctx, key)
+		return err
+	}
+	_, err := kv.Txn(cctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key)).Commit()
+	return err
+}
 
 // sessionOK reports a nil session.
 func sessionOK(s *concurrency.Session) error {

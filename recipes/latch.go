@@ -26,7 +26,8 @@ func NewCountDownLatch(client *clientv3.Client, key string) *CountDownLatch {
 // Start closes the latch with count CountDowns to go: it writes the key if
 // it does not exist, and returns ErrKeyExists if it does. A count of 0 or
 // less leaves the latch open and writes nothing. If ctx ends while the
-// write is in flight, the latch may or may not be closed.
+// write is in flight, it waits for etcd's answer as Barrier.HoldContext
+// does, and returns nil if the latch was closed.
 func (l *CountDownLatch) Start(ctx context.Context, count int) error {
 	if count <= 0 {
 		return nil
@@ -34,15 +35,22 @@ func (l *CountDownLatch) Start(ctx context.Context, count int) error {
 	if l.b.client == nil {
 		return ErrNilClient
 	}
-	_, err := putNew(ctx, l.b.client, l.b.key, strconv.Itoa(count), clientv3.NoLease)
-	return err
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wctx, stop := settling(ctx)
+	defer stop()
+	_, err := putNew(wctx, l.b.client, l.b.key, strconv.Itoa(count), clientv3.NoLease)
+	return writeErr(ctx, err)
 }
 
 // CountDown takes one from the count, and opens the latch (deletes the
 // key) when it reaches 0. On an open latch it does nothing. Concurrent
 // CountDowns each count once: each is a write guarded by the revision it
-// read, retried on conflict. If ctx ends or the connection fails while
-// the write is in flight, it may or may not have counted.
+// read, retried on conflict. If ctx ends while the write is in flight, it
+// waits for etcd's answer as Barrier.HoldContext does, and returns nil if
+// it counted; if the connection fails during the write, it may or may not
+// have counted.
 func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	if l.b.client == nil {
 		return ErrNilClient
@@ -64,14 +72,19 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 		if n <= 1 {
 			op = clientv3.OpDelete(l.b.key)
 		}
-		tresp, err := l.b.client.Txn(ctx).
+		wctx, stop := settling(ctx)
+		tresp, err := l.b.client.Txn(wctx).
 			If(clientv3.Compare(clientv3.ModRevision(l.b.key), "=", kv.ModRevision)).
 			Then(op).Commit()
+		stop()
 		if err != nil {
-			return err
+			return writeErr(ctx, err)
 		}
 		if tresp.Succeeded {
 			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 	}
 }
@@ -89,5 +102,6 @@ func (l *CountDownLatch) Count(ctx context.Context) (int, error) {
 }
 
 // Wait blocks until the latch is open, or ctx ends, as
-// Barrier.WaitContext.
+// Barrier.WaitContext: a latch opened and closed again (a new Start)
+// while the wait's watch was away still counts as opened.
 func (l *CountDownLatch) Wait(ctx context.Context) error { return l.b.WaitContext(ctx) }

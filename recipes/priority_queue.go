@@ -38,8 +38,7 @@ func (q *PriorityQueue) EnqueueContext(ctx context.Context, val string, pr uint1
 	if q.client == nil {
 		return ErrNilClient
 	}
-	_, _, err := putUnique(ctx, q.client, fmt.Sprintf("%s%05d", q.key, pr), val, clientv3.NoLease)
-	return err
+	return enqueue(ctx, q.client, fmt.Sprintf("%s%05d", q.key, pr), val)
 }
 
 // Dequeue removes and returns the first element, as DequeueContext with

@@ -33,15 +33,29 @@ func NewQueue(client *clientv3.Client, keyPrefix string) *Queue {
 // Enqueue adds val, as EnqueueContext with context.Background().
 func (q *Queue) Enqueue(val string) error { return q.EnqueueContext(context.Background(), val) }
 
-// EnqueueContext adds val at the end of the queue. If ctx ends or the
-// connection fails while the write is in flight, the element may or may
-// not have been added, as with any etcd write whose reply is lost.
+// EnqueueContext adds val at the end of the queue. If ctx ends while the
+// write is in flight, it waits for etcd's answer (up to 3 s more) and
+// returns nil if the element was added, so a caller that retries after an
+// error does not add it twice. Only if etcd does not answer in that time,
+// or the connection fails during the write, may the element have been
+// added after an error, as with any etcd write whose reply is lost.
 func (q *Queue) EnqueueContext(ctx context.Context, val string) error {
 	if q.client == nil {
 		return ErrNilClient
 	}
-	_, _, err := putUnique(ctx, q.client, q.keyPrefix, val, clientv3.NoLease)
-	return err
+	return enqueue(ctx, q.client, q.keyPrefix, val)
+}
+
+// enqueue writes val as a new element under prefix, settled as
+// EnqueueContext says.
+func enqueue(ctx context.Context, c *clientv3.Client, prefix, val string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	wctx, stop := settling(ctx)
+	defer stop()
+	_, _, err := putUnique(wctx, c, prefix, val, clientv3.NoLease)
+	return writeErr(ctx, err)
 }
 
 // Dequeue removes and returns the oldest element, as DequeueContext with
@@ -85,18 +99,26 @@ func (q *Queue) DequeueContext(ctx context.Context) (string, error) {
 }
 
 // dequeue takes the element that first returns, waiting on prefix for a
-// new one while there is none.
+// new one while there is none. The wait is await's: a new key wakes it,
+// and first reads again whenever the watch cannot tell (a compacted
+// revision to resume from, a lost leader) and every recheckInterval, so
+// an element that is there is found, however the watch fared.
 func dequeue(ctx context.Context, c *clientv3.Client, prefix string, first func(context.Context) (*mvccpb.KeyValue, int64, error)) (string, error) {
 	for {
-		kv, rev, err := first(ctx)
+		var kv *mvccpb.KeyValue
+		err := await(ctx, c, prefix,
+			func(ev *clientv3.Event) bool { return ev.Type == mvccpb.PUT },
+			func(ctx context.Context) (bool, int64, error) {
+				var rev int64
+				var err error
+				kv, rev, err = first(ctx)
+				return kv != nil, rev, err
+			}, clientv3.WithPrefix())
 		if err != nil {
 			return "", err
 		}
 		if kv == nil {
-			if _, err := waitEvents(ctx, c, prefix, rev+1, []mvccpb.Event_EventType{mvccpb.PUT}, clientv3.WithPrefix()); err != nil {
-				return "", err
-			}
-			continue
+			continue // woken by a new key: read again
 		}
 		taken, err := take(ctx, c, kv)
 		if errors.Is(err, ErrClaimUnknown) {

@@ -9,6 +9,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // WaitEvents waits, from revision rev, for the events evs on key, in that
@@ -99,21 +101,189 @@ func waitEvents(ctx context.Context, c *clientv3.Client, key string, rev int64, 
 	}
 }
 
-// waitDelete waits, from revision rev, until key is deleted. If rev has
-// been compacted, it reads the key again: its absence is the deletion.
-func waitDelete(ctx context.Context, c *clientv3.Client, key string, rev int64) error {
+// The waits of the recipes (a Barrier's, a Dequeue's on an empty queue, a
+// DoubleBarrier's) go through await: a read of the state waited for, then
+// a watch from the revision after it, and the read again whenever the
+// watch cannot say what happened. The read alone decides, so a wait ends
+// when the thing it waits for has happened, however the watch fared:
+//   - a watch that resumes into a compacted revision (the client lost its
+//     connection while other keys were written and the history compacted)
+//     reads again instead of failing;
+//   - a key released and taken again while the watch was away is told from
+//     the one first seen by its create revision, as the core's wait does;
+//   - a watch whose connection went silent (half-open: bytes accepted,
+//     nothing back, which clientv3 without keepalive never notices) is
+//     backed by a read every recheckInterval, each with a deadline, which
+//     the client may send to another endpoint.
+//
+// This is the one place where the recipes watch and re-read; it can move
+// onto the core's liveness check of the watch stream when that is exported.
+
+// recheckInterval is how often a wait reads again what it waits for while
+// its watch delivers nothing. It bounds how long a wait can miss an event
+// that a silent connection did not deliver: once an endpoint answers, the
+// wait ends within recheckInterval plus a read.
+const recheckInterval = 5 * time.Second
+
+// readTimeout bounds each read of a wait, so that a read sent on a dead
+// connection gives way to the next one.
+const readTimeout = 5 * time.Second
+
+// probe reads the state a wait waits for, and reports whether the wait is
+// over, and the revision of the read: the watch starts after it.
+type probe func(ctx context.Context) (over bool, rev int64, err error)
+
+// await blocks until read reports the wait over, an event of the watch on
+// key (with opts) makes wake report it over, or ctx ends; see the comment
+// above. It returns ctx.Err() when ctx ends, a read's or a watch's error
+// that waiting cannot fix (a closed client, permissions), or nil.
+func await(ctx context.Context, c *clientv3.Client, key string, wake func(*clientv3.Event) bool, read probe, opts ...clientv3.OpOption) error {
+	if c == nil {
+		return ErrNilClient
+	}
+	var b retry
 	for {
-		_, err := waitEvents(ctx, c, key, rev, []mvccpb.Event_EventType{mvccpb.DELETE})
-		if !errors.Is(err, rpctypes.ErrCompacted) {
-			return err
-		}
-		resp, err := c.Get(ctx, key)
+		over, rev, err := readOnce(ctx, c, read)
 		if err != nil {
-			return err
+			if !retryable(ctx, c, err) {
+				return waitErr(ctx, c, err)
+			}
+			if !b.sleep(ctx) {
+				return ctx.Err()
+			}
+			continue
 		}
-		if len(resp.Kvs) == 0 {
+		if over {
 			return nil
 		}
-		rev = resp.Header.Revision + 1
+		over, err = watchFrom(ctx, c, key, rev+1, wake, read, opts)
+		if over || err != nil {
+			return err
+		}
+		// The watch ended without an answer: read again, after a pause if
+		// the watch failed at once (no leader, no connection).
+		if !b.sleep(ctx) {
+			return ctx.Err()
+		}
 	}
+}
+
+// watchFrom watches key from rev until an event makes wake report the wait
+// over, or a read every recheckInterval (read) does; it returns
+// (false, nil) when the watch ends without either (compaction, no leader,
+// a lost stream), for await to read and watch again.
+func watchFrom(ctx context.Context, c *clientv3.Client, key string, rev int64, wake func(*clientv3.Event) bool, read probe, opts []clientv3.OpOption) (bool, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wc := c.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithRev(rev)}, opts...)...)
+	tick := time.NewTicker(recheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-tick.C:
+			over, _, err := readOnce(ctx, c, read)
+			if err != nil && !retryable(ctx, c, err) {
+				return false, waitErr(ctx, c, err)
+			}
+			if over {
+				return true, nil
+			}
+		case wr, ok := <-wc:
+			if !ok {
+				return false, nil
+			}
+			if wr.CompactRevision != 0 {
+				return false, nil // the read tells what the watch cannot
+			}
+			for _, ev := range wr.Events {
+				if wake(ev) {
+					return true, nil
+				}
+			}
+			if err := wr.Err(); err != nil {
+				if retryable(ctx, c, err) {
+					return false, nil
+				}
+				return false, waitErr(ctx, c, err)
+			}
+		}
+	}
+}
+
+// readOnce runs read with a deadline of readTimeout.
+func readOnce(ctx context.Context, c *clientv3.Client, read probe) (bool, int64, error) {
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	return read(rctx)
+}
+
+// retryable reports whether a wait that got err may go on: ctx and the
+// client are alive, and err is a read's own deadline or a failure that
+// etcd or the connection can recover from (no leader, unavailable).
+func retryable(ctx context.Context, c *clientv3.Client, err error) bool {
+	if ctx.Err() != nil || c.Ctx().Err() != nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rpctypes.ErrNoLeader) {
+		return true // the read's own deadline, or a member without a leader
+	}
+	var ee rpctypes.EtcdError
+	code := status.Code(err)
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	}
+	return code == codes.Unavailable || code == codes.ResourceExhausted
+}
+
+// waitErr is the error a wait returns for err: ctx's when ctx has ended,
+// and says so when the client was closed.
+func waitErr(ctx context.Context, c *clientv3.Client, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if cerr := c.Ctx().Err(); cerr != nil {
+		return fmt.Errorf("recipes: client closed: %w", cerr)
+	}
+	return err
+}
+
+// retry is a pause between failed attempts of a wait, doubling from 10 ms
+// to 1 s. The zero value is ready to use.
+type retry struct{ d time.Duration }
+
+// sleep waits for the pause or for ctx's end, and reports whether the
+// pause passed.
+func (r *retry) sleep(ctx context.Context) bool {
+	r.d = min(max(2*r.d, 10*time.Millisecond), time.Second)
+	t := time.NewTimer(r.d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// waitGone waits until key is deleted, or replaced by a key with another
+// create revision than create (0: the one the first read finds). It
+// returns at once if the key does not exist.
+func waitGone(ctx context.Context, c *clientv3.Client, key string, create int64) error {
+	return await(ctx, c, key,
+		func(ev *clientv3.Event) bool { return ev.Type == mvccpb.DELETE },
+		func(ctx context.Context) (bool, int64, error) {
+			resp, err := c.Get(ctx, key)
+			if err != nil {
+				return false, 0, err
+			}
+			if len(resp.Kvs) == 0 {
+				return true, resp.Header.Revision, nil
+			}
+			if create == 0 {
+				create = resp.Kvs[0].CreateRevision
+			}
+			return resp.Kvs[0].CreateRevision != create, resp.Header.Revision, nil
+		})
 }

@@ -3,12 +3,16 @@ package recipes_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/tests/v3/framework/integration"
 
+	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
 	"github.com/seed-a9d410c6/concurrency/recipes"
 )
@@ -243,3 +247,195 @@ func TestBarrierWaitClientClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBarrierReleasedWhileCutOff (issue 27, finding 4): a waiter watches
+// the barrier's key through m0; m0 is cut off; the barrier is released,
+// held again (a new key) and the history compacted; m0 comes back, and
+// the waiter's watch resumes into the compacted revision. The wait reads
+// the key again and tells the new hold from the one it waited on by its
+// create revision: it returns. It used to find a key and wait for the
+// next release. A CountDownLatch's Wait is the same wait.
+func TestBarrierReleasedWhileCutOff(t *testing.T) {
+	clus := bridgeCluster(t)
+	for _, kind := range []string{"Barrier", "CountDownLatch"} {
+		t.Run(kind, func(t *testing.T) {
+			pfx := etcdtest.Begin(t)
+			wc := etcdtest.NewClient(t, []string{clus.Members[0].GRPCURL})
+			hc := etcdtest.NewClient(t, []string{clus.Members[1].GRPCURL})
+			hold, release := recipes.NewBarrier(hc, pfx+"/b").HoldContext, recipes.NewBarrier(hc, pfx+"/b").ReleaseContext
+			wait := recipes.NewBarrier(wc, pfx+"/b").WaitContext
+			if kind == "CountDownLatch" {
+				l := recipes.NewCountDownLatch(hc, pfx+"/b")
+				hold = func(ctx context.Context) error { return l.Start(ctx, 1) }
+				release = l.CountDown
+				wait = recipes.NewCountDownLatch(wc, pfx+"/b").Wait
+			}
+			if err := hold(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			errc := async(t, func() error { return wait(bounded(t, 30*time.Second)) })
+			notYet(t, errc, "Wait")
+			etcdtest.Cut(t, clus.Members[0])
+			if err := release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if err := hold(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			compactNow(t, hc, pfx, 5)
+			clus.Members[0].Bridge().Unblackhole()
+			clus.Members[0].Bridge().DropConnections() // a blackhole loses bytes mid-stream
+			if err := within(t, 15*time.Second, errc, "Wait"); err != nil {
+				t.Fatalf("Wait after a release it did not see = %v", err)
+			}
+		})
+	}
+}
+
+// TestDoubleBarrierReadyWhileCutOff (issue 27, finding 4): A waits for
+// the ready key through m0; m0 is cut off; B completes the count, writing
+// the ready key on its lease, and dies (its lease revoked: the ready key
+// goes too); the history is compacted; m0 comes back, and A's watch
+// resumes into the compacted revision. A finds its release on its own key,
+// which B touched with the ready key, and enters. It used to wait for a
+// ready key that had come and gone.
+func TestDoubleBarrierReadyWhileCutOff(t *testing.T) {
+	clus := bridgeCluster(t)
+	pfx := etcdtest.Begin(t)
+	wc := etcdtest.NewClient(t, []string{clus.Members[0].GRPCURL})
+	hc := etcdtest.NewClient(t, []string{clus.Members[1].GRPCURL})
+	// A's lease outlives the cut by far.
+	as, err := concurrency.NewSession(wc, concurrency.WithTTL(60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { as.Close() })
+	a := recipes.NewDoubleBarrier(as, pfx, 2)
+	errc := async(t, func() error { return a.EnterContext(bounded(t, 30*time.Second)) })
+	etcdtest.WaitKeys(t, hc, pfx+"/waiters", 1)
+	notYet(t, errc, "A's Enter")
+	etcdtest.Cut(t, clus.Members[0])
+	bs, err := concurrency.NewSession(hc, concurrency.WithTTL(60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := recipes.NewDoubleBarrier(bs, pfx, 2).EnterContext(bounded(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := bs.Close(); err != nil { // B dies: its key and the ready key go with its lease
+		t.Fatal(err)
+	}
+	etcdtest.WaitKeys(t, hc, pfx, 1) // A's key alone
+	compactNow(t, hc, pfx+"-c", 5)
+	clus.Members[0].Bridge().Unblackhole()
+	clus.Members[0].Bridge().DropConnections() // a blackhole loses bytes mid-stream
+	if err := within(t, 15*time.Second, errc, "A's Enter"); err != nil {
+		t.Fatalf("A's Enter after a release it did not see = %v", err)
+	}
+	if err := a.LeaveContext(bounded(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitKeys(t, hc, pfx, 0)
+}
+
+// lateKV holds back, once armed, the transaction that writes a key under
+// its prefix: Commit tells inflight, waits for release, and then, if the
+// context the caller gave it has ended, answers with that context's error
+// and keeps the transaction for the test to apply later (a write that
+// etcd applies after its caller gave up); if not, it commits it.
+type lateKV struct {
+	clientv3.KV
+	under    string
+	armed    atomic.Bool
+	inflight chan struct{}
+	release  chan struct{}
+	late     func() error // set by Commit before it returns
+}
+
+func (k *lateKV) Txn(ctx context.Context) clientv3.Txn {
+	return &lateTxn{Txn: k.KV.Txn(ctx), held: k.KV.Txn(context.WithoutCancel(ctx)), ctx: ctx, kv: k}
+}
+
+type lateTxn struct {
+	clientv3.Txn
+	held   clientv3.Txn // the same transaction, for a late apply
+	ctx    context.Context
+	kv     *lateKV
+	writes bool
+}
+
+func (t *lateTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.Txn, t.held = t.Txn.If(cs...), t.held.If(cs...)
+	return t
+}
+
+func (t *lateTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		t.writes = t.writes || op.IsPut() && strings.HasPrefix(string(op.KeyBytes()), t.kv.under)
+	}
+	t.Txn, t.held = t.Txn.Then(ops...), t.held.Then(ops...)
+	return t
+}
+
+func (t *lateTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.Txn, t.held = t.Txn.Else(ops...), t.held.Else(ops...)
+	return t
+}
+
+func (t *lateTxn) Commit() (*clientv3.TxnResponse, error) {
+	if !t.writes || !t.kv.armed.CompareAndSwap(true, false) {
+		return t.Txn.Commit()
+	}
+	close(t.kv.inflight)
+	<-t.kv.release
+	if err := t.ctx.Err(); err != nil {
+		t.kv.late = func() error { _, err := t.held.Commit(); return err }
+		return nil, err
+	}
+	return t.Txn.Commit()
+}
+
+// TestDoubleBarrierEnterCancelledMidPut (issue 27, finding 5): A's
+// EnterContext's ctx ends while the put of its key is in flight, and etcd
+// applies the put after A's call has given up on it. EnterContext waits
+// for the answer and deletes the key by its revision, so no phantom
+// entrant is left on A's live lease: B, entering a barrier of 2 alone, is
+// not released. It used to return at once and delete the key by name
+// before the put landed, leaving the key for the life of A's session.
+func TestDoubleBarrierEnterCancelledMidPut(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	lk := &lateKV{KV: c.KV, under: pfx + "/waiters/", inflight: make(chan struct{}), release: make(chan struct{})}
+	c.KV = lk
+	a := recipes.NewDoubleBarrier(newSession(t, c), pfx, 2)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	lk.armed.Store(true)
+	errc := async(t, func() error { return a.EnterContext(ctx) })
+	select {
+	case <-lk.inflight:
+	case err := <-errc:
+		t.Fatalf("A's Enter returned %v before it wrote its key", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's Enter did not write its key")
+	}
+	cancel()
+	close(lk.release)
+	if err := within(t, 10*time.Second, errc, "A's Enter"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("A's cancelled Enter = %v, want context.Canceled", err)
+	}
+	if lk.late != nil {
+		if err := lk.late(); err != nil { // the put lands after Enter returned
+			t.Fatal(err)
+		}
+	}
+	if kvs := etcdtest.Keys(t, c, pfx); len(kvs) != 0 {
+		t.Errorf("A's cancelled Enter left %d keys: %s", len(kvs), kvs[0].Key)
+	}
+	b := recipes.NewDoubleBarrier(newSession(t, sharedClient(t)), pfx, 2)
+	if err := b.EnterContext(bounded(t, 500*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("B's Enter alone in a barrier of 2 = %v, want DeadlineExceeded", err)
+	}
+	etcdtest.WaitKeys(t, c, pfx, 0)
+}
+

@@ -2,6 +2,7 @@ package recipes_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -81,4 +82,22 @@ func bounded(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// compactNow writes n keys under pfx+"/other" through c and compacts the
+// history up to the last of them, physically: a watch that has to resume
+// from before that revision then fails with ErrCompacted.
+func compactNow(t testing.TB, c *clientv3.Client, pfx string, n int) {
+	t.Helper()
+	var rev int64
+	for i := range n {
+		resp, err := c.Put(t.Context(), fmt.Sprintf("%s/other/%d", pfx, i), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
+	if _, err := c.Compact(t.Context(), rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
 }

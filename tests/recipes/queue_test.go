@@ -224,3 +224,38 @@ func TestPriorityQueueOrderNoLeftovers(t *testing.T) {
 		t.Fatalf("Dequeue on an empty queue = %v, want DeadlineExceeded", err)
 	}
 }
+
+// TestDequeueCompactedWhileWaiting (issue 27, finding 3): a Dequeue waits
+// on an empty queue; other keys are written and the history compacted;
+// the consumer's connection drops, and its watch resumes from a compacted
+// revision. Dequeue goes on waiting (it read the queue again) and returns
+// the next element, for a Queue and a PriorityQueue; it used to return
+// "mvcc: required revision has been compacted".
+func TestDequeueCompactedWhileWaiting(t *testing.T) {
+	clus := bridgeCluster(t)
+	for _, kind := range []string{"Queue", "PriorityQueue"} {
+		t.Run(kind, func(t *testing.T) {
+			pfx := etcdtest.Begin(t)
+			wc := etcdtest.NewClient(t, []string{clus.Members[0].GRPCURL})
+			pc := etcdtest.NewClient(t, []string{clus.Members[1].GRPCURL})
+			dequeue, enqueue := recipes.NewQueue(wc, pfx+"/q").DequeueContext, recipes.NewQueue(pc, pfx+"/q").EnqueueContext
+			if kind == "PriorityQueue" {
+				dequeue = recipes.NewPriorityQueue(wc, pfx+"/q").DequeueContext
+				pq := recipes.NewPriorityQueue(pc, pfx+"/q")
+				enqueue = func(ctx context.Context, v string) error { return pq.EnqueueContext(ctx, v, 7) }
+			}
+			var v string
+			errc := async(t, func() (err error) { v, err = dequeue(bounded(t, 30*time.Second)); return err })
+			notYet(t, errc, "Dequeue on an empty queue")
+			compactNow(t, pc, pfx, 5)
+			clus.Members[0].Bridge().DropConnections()
+			notYet(t, errc, "Dequeue after its watch resumed into a compacted revision")
+			if err := enqueue(t.Context(), "x"); err != nil {
+				t.Fatal(err)
+			}
+			if err := within(t, 15*time.Second, errc, "Dequeue"); err != nil || v != "x" {
+				t.Fatalf("Dequeue after compaction = %q, %v, want x", v, err)
+			}
+		})
+	}
+}
