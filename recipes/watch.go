@@ -171,7 +171,7 @@ func await(ctx context.Context, c *clientv3.Client, key string, wake func(*clien
 // watchFrom watches key from rev until an event makes wake report the wait
 // over, or a read every recheckInterval (read) does; it returns
 // (false, nil) when the watch ends without either (compaction, no leader,
-// a lost stream), for await to read and watch again.
+// a lost stream) or a read fails, for await to read and watch again.
 func watchFrom(ctx context.Context, c *clientv3.Client, key string, rev int64, wake func(*clientv3.Event) bool, read probe, opts []clientv3.OpOption) (bool, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -184,8 +184,13 @@ func watchFrom(ctx context.Context, c *clientv3.Client, key string, rev int64, w
 			return false, ctx.Err()
 		case <-tick.C:
 			over, _, err := readOnce(ctx, c, read)
-			if err != nil && !retryable(ctx, c, err) {
-				return false, waitErr(ctx, c, err)
+			if err != nil {
+				if !retryable(ctx, c, err) {
+					return false, waitErr(ctx, c, err)
+				}
+				// The read found no answer (a dead connection?): watch
+				// anew, which may go to another endpoint.
+				return false, nil
 			}
 			if over {
 				return true, nil

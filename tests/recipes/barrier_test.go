@@ -438,4 +438,3 @@ func TestDoubleBarrierEnterCancelledMidPut(t *testing.T) {
 	}
 	etcdtest.WaitKeys(t, c, pfx, 0)
 }
-
