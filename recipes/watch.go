@@ -156,7 +156,7 @@ func await(ctx context.Context, c *clientv3.Client, key string, wake func(*clien
 		if over {
 			return nil
 		}
-		over, err = watchFrom(ctx, c, key, rev+1, wake, read, opts)
+		over, err = watchFrom(ctx, c, key, rev, wake, read, opts)
 		if over || err != nil {
 			return err
 		}
@@ -168,32 +168,47 @@ func await(ctx context.Context, c *clientv3.Client, key string, wake func(*clien
 	}
 }
 
-// watchFrom watches key from rev until an event makes wake report the wait
-// over, or a read every recheckInterval (read) does; it returns
-// (false, nil) when the watch ends without either (compaction, no leader,
-// a lost stream) or a read fails, for await to read and watch again.
-func watchFrom(ctx context.Context, c *clientv3.Client, key string, rev int64, wake func(*clientv3.Event) bool, read probe, opts []clientv3.OpOption) (bool, error) {
+// watchFrom watches key for what happened after revision seen, which
+// read saw last, until an event makes wake report the wait over, or a
+// read every recheckInterval does; it returns (false, nil) when the watch
+// ends without either (compaction, no leader, a lost stream) or a read
+// fails, for await to read and watch again.
+//
+// The watch starts at the server's current revision, not at seen+1, as
+// the core's waits do: etcd answers a progress request only once every
+// watch of a stream has reached its start revision, so a watch waiting
+// for a revision not yet written would leave the core's liveness probes
+// of a stream it shares unanswered. If the watch began past seen, what
+// was written in between is read instead; events at or before seen (a
+// member that lags replays them) are skipped.
+func watchFrom(ctx context.Context, c *clientv3.Client, key string, seen int64, wake func(*clientv3.Event) bool, read probe, opts []clientv3.OpOption) (bool, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wc := c.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithRev(rev)}, opts...)...)
+	wc := c.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithCreatedNotify()}, opts...)...)
 	tick := time.NewTicker(recheckInterval)
 	defer tick.Stop()
+	reread := func() (bool, error) {
+		over, _, err := readOnce(ctx, c, read)
+		if err != nil {
+			if !retryable(ctx, c, err) {
+				return false, waitErr(ctx, c, err)
+			}
+			// The read found no answer (a dead connection?): watch
+			// anew, which may go to another endpoint.
+			return false, nil
+		}
+		if !over {
+			return false, errGoOn
+		}
+		return true, nil
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
 		case <-tick.C:
-			over, _, err := readOnce(ctx, c, read)
-			if err != nil {
-				if !retryable(ctx, c, err) {
-					return false, waitErr(ctx, c, err)
-				}
-				// The read found no answer (a dead connection?): watch
-				// anew, which may go to another endpoint.
-				return false, nil
-			}
-			if over {
-				return true, nil
+			if over, err := reread(); err != errGoOn {
+				return over, err
 			}
 		case wr, ok := <-wc:
 			if !ok {
@@ -202,8 +217,13 @@ func watchFrom(ctx context.Context, c *clientv3.Client, key string, rev int64, w
 			if wr.CompactRevision != 0 {
 				return false, nil // the read tells what the watch cannot
 			}
+			if wr.Created && wr.Header.Revision > seen {
+				if over, err := reread(); err != errGoOn {
+					return over, err
+				}
+			}
 			for _, ev := range wr.Events {
-				if wake(ev) {
+				if ev.Kv.ModRevision > seen && wake(ev) {
 					return true, nil
 				}
 			}
@@ -216,6 +236,9 @@ func watchFrom(ctx context.Context, c *clientv3.Client, key string, rev int64, w
 		}
 	}
 }
+
+// errGoOn says that a read inside watchFrom found the wait not over.
+var errGoOn = errors.New("recipes: go on waiting")
 
 // readOnce runs read with a deadline of readTimeout.
 func readOnce(ctx context.Context, c *clientv3.Client, read probe) (bool, int64, error) {
