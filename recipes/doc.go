@@ -31,7 +31,8 @@
 //     is found even when the ready key came and went with its writer's
 //     lease. WaitEvents, which has no state to read, resumes a watch that
 //     ends from the last revision seen (etcd's returns a nil event then),
-//     and returns ErrCompacted if that revision is gone.
+//     and returns ErrCompacted if that revision is gone; a watch silent
+//     for 5 s is asked for progress, and resumed anew if no word comes.
 //   - A write is never cut short by ctx: etcd may apply a write after its
 //     caller gave up. When ctx ends while one is in flight, the call
 //     waits for the answer (up to 3 s more) and reports what was done:

@@ -30,8 +30,11 @@ func WaitPrefixEvents(c *clientv3.Client, prefix string, rev int64, evs []mvccpb
 // restart) is resumed from the revision after the last one seen, so no
 // event is missed or taken twice; if that revision has been compacted, it
 // returns an error matching rpctypes.ErrCompacted; other errors that end
-// the watch (permissions, a closed client) are returned too. With no
-// events it returns (nil, nil) at once.
+// the watch (permissions, a closed client) are returned too. A watch
+// that hears nothing for 5 s asks its stream for progress, and is resumed
+// anew if no word comes within 5 s more (a half-open connection, which
+// clientv3 without keepalive never notices). With no events it returns
+// (nil, nil) at once.
 func WaitEventsContext(ctx context.Context, c *clientv3.Client, key string, rev int64, evs []mvccpb.Event_EventType) (*clientv3.Event, error) {
 	return waitEvents(ctx, c, key, rev, evs)
 }
@@ -42,9 +45,10 @@ func WaitPrefixEventsContext(ctx context.Context, c *clientv3.Client, prefix str
 	return waitEvents(ctx, c, prefix, rev, evs, clientv3.WithPrefix())
 }
 
-// waitEvents is the one watch loop of the package: it watches key (with
-// opts) from rev until evs have been seen in order, ctx ends, or the
-// revision to resume from is compacted.
+// waitEvents is WaitEvents' watch loop: it watches key (with opts) from
+// rev until evs have been seen in order, ctx ends, or the revision to
+// resume from is compacted. It has no state to read, so a silent stream
+// is found out by a progress request instead (see askProgress).
 func waitEvents(ctx context.Context, c *clientv3.Client, key string, rev int64, evs []mvccpb.Event_EventType, opts ...clientv3.OpOption) (*clientv3.Event, error) {
 	if c == nil {
 		return nil, ErrNilClient
@@ -61,25 +65,48 @@ func waitEvents(ctx context.Context, c *clientv3.Client, key string, rev int64, 
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wc := c.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithRev(rev)}, opts...)...)
 		var werr error
-		for wr := range wc {
-			if wr.CompactRevision != 0 {
-				werr = rpctypes.ErrCompacted
-				break
-			}
-			for _, ev := range wr.Events {
-				rev = ev.Kv.ModRevision + 1
-				if ev.Type == evs[i] {
-					if i++; i == len(evs) {
-						cancel()
-						return ev, nil
+		// A stream that says nothing for recheckInterval is asked for
+		// progress; if it says nothing for readTimeout more, it is taken
+		// for dead (a half-open connection) and the watch resumed anew.
+		quiet := time.NewTimer(recheckInterval)
+		asked := false
+	watch:
+		for {
+			select {
+			case wr, ok := <-wc:
+				if !ok {
+					break watch
+				}
+				quiet.Reset(recheckInterval)
+				asked = false
+				if wr.CompactRevision != 0 {
+					werr = rpctypes.ErrCompacted
+					break watch
+				}
+				for _, ev := range wr.Events {
+					rev = ev.Kv.ModRevision + 1
+					if ev.Type == evs[i] {
+						if i++; i == len(evs) {
+							quiet.Stop()
+							cancel()
+							return ev, nil
+						}
 					}
 				}
-			}
-			if err := wr.Err(); err != nil {
-				werr = err
-				break
+				if err := wr.Err(); err != nil {
+					werr = err
+					break watch
+				}
+			case <-quiet.C:
+				if asked {
+					break watch
+				}
+				asked = true
+				askProgress(wctx, c)
+				quiet.Reset(readTimeout)
 			}
 		}
+		quiet.Stop()
 		cancel()
 		if werr != nil && !errors.Is(werr, rpctypes.ErrNoLeader) {
 			// Compacted, or refused (permissions): retrying cannot help.
@@ -235,6 +262,18 @@ func watchFrom(ctx context.Context, c *clientv3.Client, key string, seen int64, 
 			}
 		}
 	}
+}
+
+// askProgress asks the watch stream of wctx for a progress notification,
+// bounded by readTimeout: the answer (or any event) shows that the stream
+// is alive. etcd answers only once every watch of the stream has reached
+// its start revision, so a watch from a revision not yet written goes
+// unanswered and is resumed anew every recheckInterval+readTimeout, which
+// costs one watch request.
+func askProgress(wctx context.Context, c *clientv3.Client) {
+	pctx, cancel := context.WithTimeout(wctx, readTimeout)
+	defer cancel()
+	_ = c.RequestProgress(pctx) // no answer is what the caller watches for
 }
 
 // errGoOn says that a read inside watchFrom found the wait not over.

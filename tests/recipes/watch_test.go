@@ -2,9 +2,11 @@ package recipes_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
@@ -93,5 +95,47 @@ func TestWaitSilentWatch(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// silentOnce makes the first watch silent, as silentWatcher, and lets the
+// next ones through.
+type silentOnce struct {
+	clientv3.Watcher
+	used atomic.Bool
+}
+
+func (w *silentOnce) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	if w.used.CompareAndSwap(false, true) {
+		return silentWatcher{}.Watch(ctx, key, opts...)
+	}
+	return w.Watcher.Watch(ctx, key, opts...)
+}
+
+// TestWaitEventsSilentWatch (issue 27): WaitEventsContext's watch goes
+// silent, and the event it waits for happens. WaitEvents has no state to
+// read: its stream, asked for progress, does not answer, so the watch is
+// resumed anew from the revision it waits from, and the event is found.
+// It used to wait for ever.
+func TestWaitEventsSilentWatch(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	pc := sharedClient(t)
+	resp, err := pc.Put(t.Context(), pfx+"/k", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sharedClient(t)
+	c.Watcher = &silentOnce{Watcher: c.Watcher}
+	var ev *clientv3.Event
+	errc := async(t, func() (err error) {
+		ev, err = recipes.WaitEventsContext(bounded(t, 40*time.Second), c, pfx+"/k", resp.Header.Revision+1, []mvccpb.Event_EventType{mvccpb.DELETE})
+		return err
+	})
+	notYet(t, errc, "WaitEvents")
+	if _, err := pc.Delete(t.Context(), pfx+"/k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 30*time.Second, errc, "WaitEvents with a silent watch"); err != nil || ev == nil || ev.Type != mvccpb.DELETE {
+		t.Fatalf("WaitEvents = %v, %v, want the delete", ev, err)
 	}
 }
