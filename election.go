@@ -86,6 +86,7 @@ func NewElection(s *Session, pfx string) *Election {
 	if s != nil {
 		e.key = leaseKey(e.pfx, s.Lease())
 	}
+	created(s, e.pfx, kindElection)
 	return e
 }
 

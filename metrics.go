@@ -30,7 +30,7 @@ const (
 )
 
 // Why a hold ended, as the cause told to MetricsRecorder.HoldEnded (the
-// label "cause" of etcd_lock_holds_ended_total).
+// label "cause" of concurrency_lock_holds_ended_total).
 const (
 	causeReleased   = "released"         // Unlock, Release, RUnlock, Resign
 	causeKeyDeleted = "lost_key_deleted" // the key was deleted by someone else
@@ -68,6 +68,17 @@ var errLeaseLost = errors.New("revoked or expired")
 // package. A method that is called after its session has been closed must
 // still return.
 type MetricsRecorder interface {
+	// LockCreated is called when a lock of kind named name is created on a
+	// session given this recorder, from the goroutine that creates it:
+	// NewMutex ("mutex"), NewElection and ResumeElection ("election",
+	// also for each term of Lead), NewSemaphore ("semaphore"), NewRWMutex
+	// (both "rwmutex_read" and "rwmutex_write"). It is not called for a
+	// nil session or an empty name. It reports nothing that happened: it
+	// lets a recorder start the lock's series at 0 (a counter that first
+	// appears at 1 has no rate, and a gauge that never appeared cannot
+	// alert), and may be called many times for one name.
+	LockCreated(kind, name string)
+
 	// WaitStarted is called when an acquisition (Lock, Campaign, Acquire,
 	// RLock...) begins to wait for the keys ahead of its own, from the
 	// goroutine that called it (for Lead, the goroutine Lead runs in).
@@ -149,7 +160,7 @@ func WithTracerProvider(tp trace.TracerProvider) SessionOption {
 
 // WithLeadMetrics has the sessions of Lead report to r, as WithMetrics does:
 // in particular r is told LeaderStarted when Lead begins to lead and
-// LeaderEnded when it stops (with concurrencyprom, etcd_lock_leader{name}
+// LeaderEnded when it stops (with concurrencyprom, concurrency_lock_leader{name}
 // is 1 while Lead leads). A nil r is ignored (the default).
 func WithLeadMetrics(r MetricsRecorder) LeadOption {
 	return func(o *leadOptions) { o.sessionOpts = append(o.sessionOpts, WithMetrics(r)) }
@@ -178,6 +189,17 @@ func newInstruments(m MetricsRecorder, tp trace.TracerProvider) *instruments {
 		i.tracer = tp.Tracer(tracerName)
 	}
 	return i
+}
+
+// created reports locks of kinds named by prefix pfx created on session s
+// (MetricsRecorder.LockCreated), unless s or the name is invalid.
+func created(s *Session, pfx string, kinds ...string) {
+	if s == nil || s.ins == nil || s.ins.m == nil || validate(s, pfx) != nil {
+		return
+	}
+	for _, k := range kinds {
+		s.ins.m.LockCreated(k, lockName(pfx))
+	}
 }
 
 // lockName is the name of the lock whose keys are under pfx.

@@ -36,6 +36,7 @@ func NewMutex(s *Session, pfx string) *Mutex {
 	if s != nil {
 		m.key = leaseKey(m.pfx, s.Lease())
 	}
+	created(s, m.pfx, kindMutex)
 	return m
 }
 

@@ -42,6 +42,7 @@ func NewRWMutex(s *Session, pfx string) *RWMutex {
 	if s != nil {
 		m.id = fmt.Sprintf("%x-%x", int64(s.Lease()), valueID())
 	}
+	created(s, m.pfx, kindRead, kindWrite)
 	return m
 }
 

@@ -68,6 +68,7 @@ func NewSemaphore(s *Session, pfx string, limit int) *Semaphore {
 	if s != nil {
 		m.key = fmt.Sprintf("%s%x-%x", m.pfx, int64(s.Lease()), valueID())
 	}
+	created(s, m.pfx, kindSemaphore)
 	return m
 }
 

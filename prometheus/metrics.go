@@ -13,6 +13,7 @@ package concurrencyprom
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,8 +21,18 @@ import (
 	"github.com/seed-a9d410c6/concurrency"
 )
 
-// ErrNilRegisterer is returned by New when the registerer is nil.
-var ErrNilRegisterer = errors.New("concurrencyprom: nil prometheus registerer")
+var (
+	// ErrNilRegisterer is returned by New when the registerer is nil.
+	ErrNilRegisterer = errors.New("concurrencyprom: nil prometheus registerer")
+
+	// ErrInvalidNamespace is returned by New when WithNamespace gives a
+	// namespace that is not a legacy Prometheus name: a letter or "_",
+	// then letters, digits and "_".
+	ErrInvalidNamespace = errors.New("concurrencyprom: invalid namespace")
+)
+
+// validNamespace matches what WithNamespace accepts besides "".
+var validNamespace = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
 // waitBuckets suit waits from 1 ms to a minute; holdBuckets go on to an hour.
 var (
@@ -66,6 +77,7 @@ var _ concurrency.MetricsRecorder = (*Metrics)(nil)
 
 type options struct {
 	nameLabel bool
+	namespace string
 }
 
 // Option configures New.
@@ -79,29 +91,52 @@ func WithLockNameLabel() Option {
 	return func(o *options) { o.nameLabel = true }
 }
 
+// DefaultNamespace is the first part of every metric's name unless
+// WithNamespace gives another: concurrency_lock_acquisitions_total and so
+// on. It is not "etcd": etcd's own servers export etcd_server_…,
+// etcd_mvcc_… and the like, often on the same dashboards.
+const DefaultNamespace = "concurrency"
+
+// WithNamespace replaces DefaultNamespace as the first part of every
+// metric's name, for a process that registers metrics of its own or of
+// another library under "concurrency_lock_…" (New would then fail with the
+// registry's error). An empty ns leaves the names without one
+// (lock_acquisitions_total). A namespace other than "" that is not a
+// legacy Prometheus name (a letter or "_", then letters, digits and "_")
+// makes New fail with ErrInvalidNamespace. The alerting rules and the
+// dashboard in this module's directory use DefaultNamespace.
+func WithNamespace(ns string) Option {
+	return func(o *options) { o.namespace = ns }
+}
+
 // New creates the library's metrics and registers them with reg. It starts
 // nothing; the metrics move only for sessions given concurrency.WithMetrics
 // and Leads given concurrency.WithLeadMetrics. Nothing is ever registered
 // with prometheus.DefaultRegisterer unless it is reg.
 //
-// It returns ErrNilRegisterer for a nil reg, and the registry's error if a
+// It returns ErrNilRegisterer for a nil reg, ErrInvalidNamespace for an
+// invalid WithNamespace, and the registry's error if a
 // metric of the same name is already registered there (a second New on the
 // same registry: share one Metrics instead, or wrap reg with
-// prometheus.WrapRegistererWith to tell them apart). On error nothing stays
+// prometheus.WrapRegistererWith or WithNamespace to tell them apart). On
+// error nothing stays
 // registered.
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	if reg == nil {
 		return nil, ErrNilRegisterer
 	}
-	var o options
+	o := options{namespace: DefaultNamespace}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.namespace != "" && !validNamespace.MatchString(o.namespace) {
+		return nil, fmt.Errorf("%w: %q", ErrInvalidNamespace, o.namespace)
 	}
 	lock := []string{"kind"}
 	if o.nameLabel {
 		lock = append(lock, "name")
 	}
-	const ns, sub = "etcd", "lock"
+	ns, sub := o.namespace, "lock"
 	m := &Metrics{
 		nameLabel: o.nameLabel,
 		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -152,7 +187,38 @@ func (m *Metrics) labels(kind, name string) []string {
 	return []string{kind}
 }
 
-// WaitStarted adds one to etcd_lock_waiters.
+// causes are the values of the label cause of
+// concurrency_lock_holds_ended_total (concurrency.MetricsRecorder.HoldEnded).
+var causes = []string{"released", "lost_key_deleted", "lost_lease", "session_expired"}
+
+// LockCreated starts at 0 the series of a lock of kind named name (with
+// WithLockNameLabel; of kind only, without): its counters, histograms,
+// gauges and holds_ended_total for every cause, and for an election
+// concurrency_lock_leader{name} and concurrency_lock_leader_changes_total{name},
+// so that rates and alerts have a series from the first scrape on, before
+// the first acquisition. It changes no value.
+func (m *Metrics) LockCreated(kind, name string) {
+	if m == nil {
+		return
+	}
+	lv := m.labels(kind, name)
+	m.acquisitions.WithLabelValues(lv...)
+	m.misses.WithLabelValues(lv...)
+	m.failures.WithLabelValues(lv...)
+	m.wait.WithLabelValues(lv...)
+	m.held.WithLabelValues(lv...)
+	m.waiters.WithLabelValues(lv...)
+	m.holders.WithLabelValues(lv...)
+	for _, c := range causes {
+		m.ended.WithLabelValues(append([]string{c}, lv...)...)
+	}
+	if kind == "election" {
+		m.leader.WithLabelValues(name)
+		m.leaderChanges.WithLabelValues(name)
+	}
+}
+
+// WaitStarted adds one to concurrency_lock_waiters.
 func (m *Metrics) WaitStarted(kind, name string) {
 	if m == nil {
 		return
@@ -160,7 +226,7 @@ func (m *Metrics) WaitStarted(kind, name string) {
 	m.waiters.WithLabelValues(m.labels(kind, name)...).Inc()
 }
 
-// WaitEnded takes one from etcd_lock_waiters.
+// WaitEnded takes one from concurrency_lock_waiters.
 func (m *Metrics) WaitEnded(kind, name string) {
 	if m == nil {
 		return
@@ -168,8 +234,8 @@ func (m *Metrics) WaitEnded(kind, name string) {
 	m.waiters.WithLabelValues(m.labels(kind, name)...).Dec()
 }
 
-// Acquired counts an acquisition in etcd_lock_acquisitions_total, observes
-// its wait in etcd_lock_wait_seconds and adds one to etcd_lock_holders.
+// Acquired counts an acquisition in concurrency_lock_acquisitions_total, observes
+// its wait in concurrency_lock_wait_seconds and adds one to concurrency_lock_holders.
 func (m *Metrics) Acquired(kind, name string, wait time.Duration) {
 	if m == nil {
 		return
@@ -180,7 +246,7 @@ func (m *Metrics) Acquired(kind, name string, wait time.Duration) {
 	m.holders.WithLabelValues(lv...).Inc()
 }
 
-// TryLockMissed counts a miss in etcd_lock_trylock_misses_total.
+// TryLockMissed counts a miss in concurrency_lock_trylock_misses_total.
 func (m *Metrics) TryLockMissed(kind, name string) {
 	if m == nil {
 		return
@@ -188,7 +254,7 @@ func (m *Metrics) TryLockMissed(kind, name string) {
 	m.misses.WithLabelValues(m.labels(kind, name)...).Inc()
 }
 
-// AcquireFailed counts a failure in etcd_lock_acquire_failures_total.
+// AcquireFailed counts a failure in concurrency_lock_acquire_failures_total.
 func (m *Metrics) AcquireFailed(kind, name string) {
 	if m == nil {
 		return
@@ -196,8 +262,8 @@ func (m *Metrics) AcquireFailed(kind, name string) {
 	m.failures.WithLabelValues(m.labels(kind, name)...).Inc()
 }
 
-// HoldEnded takes one from etcd_lock_holders, observes the hold in
-// etcd_lock_hold_seconds and counts it in etcd_lock_holds_ended_total by
+// HoldEnded takes one from concurrency_lock_holders, observes the hold in
+// concurrency_lock_hold_seconds and counts it in concurrency_lock_holds_ended_total by
 // cause.
 func (m *Metrics) HoldEnded(kind, name, cause string, held time.Duration) {
 	if m == nil {
@@ -209,8 +275,8 @@ func (m *Metrics) HoldEnded(kind, name, cause string, held time.Duration) {
 	m.ended.WithLabelValues(append([]string{cause}, lv...)...).Inc()
 }
 
-// LeaderStarted adds one to etcd_lock_leader{name} and counts a change in
-// etcd_lock_leader_changes_total{name}.
+// LeaderStarted adds one to concurrency_lock_leader{name} and counts a change in
+// concurrency_lock_leader_changes_total{name}.
 func (m *Metrics) LeaderStarted(name string) {
 	if m == nil {
 		return
@@ -219,7 +285,7 @@ func (m *Metrics) LeaderStarted(name string) {
 	m.leaderChanges.WithLabelValues(name).Inc()
 }
 
-// LeaderEnded takes one from etcd_lock_leader{name}.
+// LeaderEnded takes one from concurrency_lock_leader{name}.
 func (m *Metrics) LeaderEnded(name string) {
 	if m == nil {
 		return
@@ -228,7 +294,7 @@ func (m *Metrics) LeaderEnded(name string) {
 }
 
 // KeepAlive observes a renewal's round trip in
-// etcd_lock_session_keepalive_seconds.
+// concurrency_lock_session_keepalive_seconds.
 func (m *Metrics) KeepAlive(rtt time.Duration) {
 	if m == nil {
 		return
@@ -237,7 +303,7 @@ func (m *Metrics) KeepAlive(rtt time.Duration) {
 }
 
 // KeepAliveFailed counts a failed renewal in
-// etcd_lock_session_keepalive_failures_total.
+// concurrency_lock_session_keepalive_failures_total.
 func (m *Metrics) KeepAliveFailed() {
 	if m == nil {
 		return
@@ -246,7 +312,7 @@ func (m *Metrics) KeepAliveFailed() {
 }
 
 // DeadlineExpired counts a session ended by its deadline in
-// etcd_lock_session_deadline_expirations_total.
+// concurrency_lock_session_deadline_expirations_total.
 func (m *Metrics) DeadlineExpired() {
 	if m == nil {
 		return

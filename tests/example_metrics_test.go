@@ -56,16 +56,19 @@ func Example_metrics() {
 	}
 
 	err = testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP etcd_lock_acquisitions_total Locks, semaphore permits and leaderships acquired.
-# TYPE etcd_lock_acquisitions_total counter
-etcd_lock_acquisitions_total{kind="mutex"} 2
-# HELP etcd_lock_holds_ended_total Holds ended, by cause: released, lost_key_deleted, lost_lease, session_expired.
-# TYPE etcd_lock_holds_ended_total counter
-etcd_lock_holds_ended_total{cause="released",kind="mutex"} 2
-# HELP etcd_lock_trylock_misses_total TryLock, TryAcquire, TryRLock calls that found the lock held.
-# TYPE etcd_lock_trylock_misses_total counter
-etcd_lock_trylock_misses_total{kind="mutex"} 2
-`), "etcd_lock_acquisitions_total", "etcd_lock_holds_ended_total", "etcd_lock_trylock_misses_total")
+# HELP concurrency_lock_acquisitions_total Locks, semaphore permits and leaderships acquired.
+# TYPE concurrency_lock_acquisitions_total counter
+concurrency_lock_acquisitions_total{kind="mutex"} 2
+# HELP concurrency_lock_holds_ended_total Holds ended, by cause: released, lost_key_deleted, lost_lease, session_expired.
+# TYPE concurrency_lock_holds_ended_total counter
+concurrency_lock_holds_ended_total{cause="lost_key_deleted",kind="mutex"} 0
+concurrency_lock_holds_ended_total{cause="lost_lease",kind="mutex"} 0
+concurrency_lock_holds_ended_total{cause="released",kind="mutex"} 2
+concurrency_lock_holds_ended_total{cause="session_expired",kind="mutex"} 0
+# HELP concurrency_lock_trylock_misses_total TryLock, TryAcquire, TryRLock calls that found the lock held.
+# TYPE concurrency_lock_trylock_misses_total counter
+concurrency_lock_trylock_misses_total{kind="mutex"} 2
+`), "concurrency_lock_acquisitions_total", "concurrency_lock_holds_ended_total", "concurrency_lock_trylock_misses_total")
 	fmt.Println("metrics as expected:", err == nil)
 	// Output:
 	// TryLock: mutex: Locked by another session

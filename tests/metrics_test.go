@@ -114,18 +114,18 @@ func TestMetricsMutexAcquisitions(t *testing.T) {
 		if err := m.Lock(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, reg, "etcd_lock_holders", kind("mutex"), 1)
+		expect(t, reg, "concurrency_lock_holders", kind("mutex"), 1)
 		if err := m.Unlock(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	expect(t, reg, "etcd_lock_acquisitions_total", kind("mutex"), n)
-	expect(t, reg, "etcd_lock_wait_seconds", kind("mutex"), n)
-	expect(t, reg, "etcd_lock_hold_seconds", kind("mutex"), n)
-	expect(t, reg, "etcd_lock_holds_ended_total", map[string]string{"kind": "mutex", "cause": "released"}, n)
-	expect(t, reg, "etcd_lock_holders", kind("mutex"), 0)
-	expect(t, reg, "etcd_lock_waiters", kind("mutex"), 0)
-	expect(t, reg, "etcd_lock_acquire_failures_total", kind("mutex"), 0)
+	expect(t, reg, "concurrency_lock_acquisitions_total", kind("mutex"), n)
+	expect(t, reg, "concurrency_lock_wait_seconds", kind("mutex"), n)
+	expect(t, reg, "concurrency_lock_hold_seconds", kind("mutex"), n)
+	expect(t, reg, "concurrency_lock_holds_ended_total", map[string]string{"kind": "mutex", "cause": "released"}, n)
+	expect(t, reg, "concurrency_lock_holders", kind("mutex"), 0)
+	expect(t, reg, "concurrency_lock_waiters", kind("mutex"), 0)
+	expect(t, reg, "concurrency_lock_acquire_failures_total", kind("mutex"), 0)
 }
 
 // A waiter is counted while it waits, and its wait is in the histogram.
@@ -141,17 +141,17 @@ func TestMetricsContendedWait(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- m2.Lock(t.Context()) }()
 	labels := map[string]string{"kind": "mutex", "name": pfx}
-	eventually(t, reg, "etcd_lock_waiters", labels, func(v float64) bool { return v == 1 })
+	eventually(t, reg, "concurrency_lock_waiters", labels, func(v float64) bool { return v == 1 })
 	if err := m1.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	expect(t, reg, "etcd_lock_waiters", labels, 0)
-	expect(t, reg, "etcd_lock_acquisitions_total", labels, 2)
-	expect(t, reg, "etcd_lock_wait_seconds", labels, 2)
-	expect(t, reg, "etcd_lock_holders", labels, 1)
+	expect(t, reg, "concurrency_lock_waiters", labels, 0)
+	expect(t, reg, "concurrency_lock_acquisitions_total", labels, 2)
+	expect(t, reg, "concurrency_lock_wait_seconds", labels, 2)
+	expect(t, reg, "concurrency_lock_holders", labels, 1)
 	if err := m2.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -162,15 +162,15 @@ func TestMetricsContendedWait(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	go func() { done <- m2.Lock(ctx) }()
-	eventually(t, reg, "etcd_lock_waiters", labels, func(v float64) bool { return v == 1 })
+	eventually(t, reg, "concurrency_lock_waiters", labels, func(v float64) bool { return v == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock = %v, want context.Canceled", err)
 	}
 	m1.Unlock(t.Context())
-	expect(t, reg, "etcd_lock_acquire_failures_total", labels, 1)
-	expect(t, reg, "etcd_lock_acquisitions_total", labels, 3)
-	expect(t, reg, "etcd_lock_waiters", labels, 0)
+	expect(t, reg, "concurrency_lock_acquire_failures_total", labels, 1)
+	expect(t, reg, "concurrency_lock_acquisitions_total", labels, 3)
+	expect(t, reg, "concurrency_lock_waiters", labels, 0)
 }
 
 func TestMetricsTryLockMisses(t *testing.T) {
@@ -190,9 +190,9 @@ func TestMetricsTryLockMisses(t *testing.T) {
 	if err := m1.TryLock(t.Context()); !errors.Is(err, concurrency.ErrLocked) {
 		t.Fatalf("TryLock = %v, want ErrLocked", err)
 	}
-	expect(t, reg, "etcd_lock_trylock_misses_total", kind("mutex"), 2)
-	expect(t, reg, "etcd_lock_acquisitions_total", kind("mutex"), 1)
-	expect(t, reg, "etcd_lock_wait_seconds", kind("mutex"), 1)
+	expect(t, reg, "concurrency_lock_trylock_misses_total", kind("mutex"), 2)
+	expect(t, reg, "concurrency_lock_acquisitions_total", kind("mutex"), 1)
+	expect(t, reg, "concurrency_lock_wait_seconds", kind("mutex"), 1)
 	m1.Unlock(t.Context())
 }
 
@@ -216,15 +216,15 @@ func TestMetricsLostHolds(t *testing.T) {
 	if cause := context.Cause(hold); !errors.Is(cause, concurrency.ErrLockLost) {
 		t.Fatalf("cause = %v, want ErrLockLost", cause)
 	}
-	expect(t, reg, "etcd_lock_holds_ended_total", map[string]string{"kind": "mutex", "cause": "lost_key_deleted"}, 1)
-	expect(t, reg, "etcd_lock_holders", kind("mutex"), 0)
+	expect(t, reg, "concurrency_lock_holds_ended_total", map[string]string{"kind": "mutex", "cause": "lost_key_deleted"}, 1)
+	expect(t, reg, "concurrency_lock_holders", kind("mutex"), 0)
 	// The loss has the session renew at once.
-	eventually(t, reg, "etcd_lock_session_keepalive_seconds", nil, func(v float64) bool { return v >= 1 })
+	eventually(t, reg, "concurrency_lock_session_keepalive_seconds", nil, func(v float64) bool { return v >= 1 })
 	// Unlock after the loss reports it and counts nothing more.
 	if err := m1.Unlock(t.Context()); err != nil && !errors.Is(err, concurrency.ErrLockReleased) {
 		t.Fatal(err)
 	}
-	expect(t, reg, "etcd_lock_holds_ended_total", nil, 1)
+	expect(t, reg, "concurrency_lock_holds_ended_total", nil, 1)
 
 	s2 := newSession(t, c, concurrency.WithMetrics(metrics))
 	m2 := concurrency.NewMutex(s2, pfx+"/revoked")
@@ -240,9 +240,9 @@ func TestMetricsLostHolds(t *testing.T) {
 		t.Fatalf("cause = %v", cause)
 	}
 	// Whichever saw it first, the watch or the session, it is the lease.
-	eventually(t, reg, "etcd_lock_holds_ended_total", map[string]string{"kind": "mutex", "cause": "lost_lease"}, func(v float64) bool { return v == 1 })
-	expect(t, reg, "etcd_lock_holders", kind("mutex"), 0)
-	expect(t, reg, "etcd_lock_hold_seconds", kind("mutex"), 2)
+	eventually(t, reg, "concurrency_lock_holds_ended_total", map[string]string{"kind": "mutex", "cause": "lost_lease"}, func(v float64) bool { return v == 1 })
+	expect(t, reg, "concurrency_lock_holders", kind("mutex"), 0)
+	expect(t, reg, "concurrency_lock_hold_seconds", kind("mutex"), 2)
 }
 
 func TestMetricsKinds(t *testing.T) {
@@ -271,8 +271,8 @@ func TestMetricsKinds(t *testing.T) {
 	}
 	e.Resign(ctx)
 	for _, k := range []string{"semaphore", "rwmutex_read", "rwmutex_write", "election"} {
-		expect(t, reg, "etcd_lock_acquisitions_total", kind(k), 1)
-		expect(t, reg, "etcd_lock_holds_ended_total", map[string]string{"kind": k, "cause": "released"}, 1)
+		expect(t, reg, "concurrency_lock_acquisitions_total", kind(k), 1)
+		expect(t, reg, "concurrency_lock_holds_ended_total", map[string]string{"kind": k, "cause": "released"}, 1)
 	}
 }
 
@@ -285,12 +285,12 @@ func TestMetricsLeader(t *testing.T) {
 	if err := e.Campaign(t.Context(), "a"); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, reg, "etcd_lock_leader", name, 1)
-	expect(t, reg, "etcd_lock_leader_changes_total", name, 1)
+	expect(t, reg, "concurrency_lock_leader", name, 1)
+	expect(t, reg, "concurrency_lock_leader_changes_total", name, 1)
 	if err := e.Resign(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, reg, "etcd_lock_leader", name, 0)
+	expect(t, reg, "concurrency_lock_leader", name, 0)
 }
 
 func TestMetricsLead(t *testing.T) {
@@ -299,17 +299,17 @@ func TestMetricsLead(t *testing.T) {
 	name := map[string]string{"name": pfx}
 	var leading float64
 	err := concurrency.Lead(t.Context(), sharedClient(t), pfx, "v", func(ctx context.Context, e *concurrency.Election) error {
-		leading = sample(t, reg, "etcd_lock_leader", name)
+		leading = sample(t, reg, "concurrency_lock_leader", name)
 		return nil
 	}, concurrency.WithLeadTTL(5), concurrency.WithLeadMetrics(metrics))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if leading != 1 {
-		t.Errorf("etcd_lock_leader = %v while leading, want 1", leading)
+		t.Errorf("concurrency_lock_leader = %v while leading, want 1", leading)
 	}
-	expect(t, reg, "etcd_lock_leader", name, 0)
-	expect(t, reg, "etcd_lock_leader_changes_total", name, 1)
+	expect(t, reg, "concurrency_lock_leader", name, 0)
+	expect(t, reg, "concurrency_lock_leader_changes_total", name, 1)
 }
 
 // Without WithMetrics nothing is registered anywhere, and with or without,
@@ -352,7 +352,7 @@ func TestMetricsOff(t *testing.T) {
 		m.Unlock(t.Context())
 	}
 	// Only the session with metrics counted.
-	expect(t, reg, "etcd_lock_acquisitions_total", nil, 1)
+	expect(t, reg, "concurrency_lock_acquisitions_total", nil, 1)
 	after, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -472,9 +472,99 @@ func TestMetricsDeadline(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("session did not end within 10 s")
 	}
-	expect(t, reg, "etcd_lock_session_deadline_expirations_total", nil, 1)
-	if v := sample(t, reg, "etcd_lock_session_keepalive_failures_total", nil); v < 1 {
+	expect(t, reg, "concurrency_lock_session_deadline_expirations_total", nil, 1)
+	if v := sample(t, reg, "concurrency_lock_session_keepalive_failures_total", nil); v < 1 {
 		t.Errorf("keepalive failures = %v, want at least 1", v)
 	}
-	eventually(t, reg, "etcd_lock_holds_ended_total", map[string]string{"kind": "mutex", "cause": "session_expired"}, func(v float64) bool { return v == 1 })
+	eventually(t, reg, "concurrency_lock_holds_ended_total", map[string]string{"kind": "mutex", "cause": "session_expired"}, func(v float64) bool { return v == 1 })
+}
+
+// exists reports whether the registry has a series of name whose labels
+// include want, whatever its value.
+func exists(t testing.TB, reg prometheus.Gatherer, name string, want map[string]string) bool {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if hasLabels(m, want) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Issue 31: a lock's series exist at 0 from its creation, so that rates and
+// alerts work from the first scrape: before any acquisition, and the
+// waiters of a lock that was held without waiting.
+func TestMetricsSeriesFromStart(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	metrics, reg := newMetrics(t, concurrencyprom.WithLockNameLabel())
+	s := newSession(t, sharedClient(t), concurrency.WithMetrics(metrics))
+	m := concurrency.NewMutex(s, pfx+"/m")
+	concurrency.NewSemaphore(s, pfx+"/s", 2)
+	concurrency.NewRWMutex(s, pfx+"/rw")
+	concurrency.NewElection(s, pfx+"/e")
+	// Invalid locks make no series.
+	concurrency.NewMutex(s, "")
+	concurrency.NewMutex(nil, pfx+"/nil")
+
+	for _, l := range []map[string]string{
+		{"kind": "mutex", "name": pfx + "/m"},
+		{"kind": "semaphore", "name": pfx + "/s"},
+		{"kind": "rwmutex_read", "name": pfx + "/rw"},
+		{"kind": "rwmutex_write", "name": pfx + "/rw"},
+		{"kind": "election", "name": pfx + "/e"},
+	} {
+		for _, name := range []string{"concurrency_lock_acquisitions_total", "concurrency_lock_acquire_failures_total",
+			"concurrency_lock_trylock_misses_total", "concurrency_lock_wait_seconds", "concurrency_lock_hold_seconds",
+			"concurrency_lock_waiters", "concurrency_lock_holders"} {
+			if !exists(t, reg, name, l) {
+				t.Errorf("no series %s%v before any acquisition", name, l)
+			}
+			expect(t, reg, name, l, 0)
+		}
+		for _, cause := range []string{"released", "lost_key_deleted", "lost_lease", "session_expired"} {
+			lc := map[string]string{"kind": l["kind"], "name": l["name"], "cause": cause}
+			if !exists(t, reg, "concurrency_lock_holds_ended_total", lc) {
+				t.Errorf("no series concurrency_lock_holds_ended_total%v before any acquisition", lc)
+			}
+		}
+	}
+	e := map[string]string{"name": pfx + "/e"}
+	for _, name := range []string{"concurrency_lock_leader", "concurrency_lock_leader_changes_total"} {
+		if !exists(t, reg, name, e) {
+			t.Errorf("no series %s%v before any campaign", name, e)
+		}
+		expect(t, reg, name, e, 0)
+	}
+	// One holders series per valid lock and kind: none for the invalid ones.
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "concurrency_lock_holders" && len(mf.GetMetric()) != 5 {
+			t.Errorf("%d holders series, want 5 (no series for an empty name or a nil session)", len(mf.GetMetric()))
+		}
+	}
+
+	// A holder that never waited has its waiters series, at 0.
+	if err := m.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	l := map[string]string{"kind": "mutex", "name": pfx + "/m"}
+	if !exists(t, reg, "concurrency_lock_waiters", l) {
+		t.Error("no waiters series after an acquisition without a wait")
+	}
+	expect(t, reg, "concurrency_lock_acquisitions_total", l, 1)
 }

@@ -79,9 +79,9 @@ func TestLockMetricsAddr(t *testing.T) {
 	p.firstLine() // held
 	body := scrape(t, p)
 	expectLines(t, body,
-		`etcd_lock_acquisitions_total{kind="mutex",name="`+pfx+`"} 1`,
-		`etcd_lock_holders{kind="mutex",name="`+pfx+`"} 1`,
-		`etcd_lock_wait_seconds_count{kind="mutex",name="`+pfx+`"} 1`)
+		`concurrency_lock_acquisitions_total{kind="mutex",name="`+pfx+`"} 1`,
+		`concurrency_lock_holders{kind="mutex",name="`+pfx+`"} 1`,
+		`concurrency_lock_wait_seconds_count{kind="mutex",name="`+pfx+`"} 1`)
 	if !strings.Contains(body, "go_goroutines") {
 		t.Error("no Go runtime metrics")
 	}
@@ -94,13 +94,13 @@ func TestElectMetricsAddr(t *testing.T) {
 	p := start(t, nil, "elect", "--metrics-addr", "127.0.0.1:0", pfx, "one")
 	p.firstLine() // elected
 	expectLines(t, scrape(t, p),
-		`etcd_lock_leader{name="`+pfx+`"} 1`,
-		`etcd_lock_leader_changes_total{name="`+pfx+`"} 1`)
+		`concurrency_lock_leader{name="`+pfx+`"} 1`,
+		`concurrency_lock_leader_changes_total{name="`+pfx+`"} 1`)
 	p.release()
 
 	p = start(t, nil, "elect", "--metrics-addr", "127.0.0.1:0", pfx+"-cmd", "two", "--", "sh", "-c", "echo leading; read line")
 	p.firstLine() // the command runs as the leader
-	expectLines(t, scrape(t, p), `etcd_lock_leader{name="`+pfx+`-cmd"} 1`)
+	expectLines(t, scrape(t, p), `concurrency_lock_leader{name="`+pfx+`-cmd"} 1`)
 	io.WriteString(p.stdin, "done\n")
 	p.expectExit(10*time.Second, 0)
 }

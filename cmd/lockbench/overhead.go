@@ -62,7 +62,7 @@ func measureOverhead(ctx context.Context, cfg config, env func(int) lockbench.En
 		return nil, err
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == "etcd_lock_acquisitions_total" {
+		if mf.GetName() == "concurrency_lock_acquisitions_total" {
 			for _, s := range mf.GetMetric() {
 				o.counted += s.GetCounter().GetValue()
 			}
