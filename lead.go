@@ -175,6 +175,7 @@ func (l *leader) term(ctx context.Context) (retry bool, lasted time.Duration, er
 	defer l.o.status.clear() // also if fn panics
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	fctx, endSpan := s.ins.startTerm(fctx, l.name, e.Rev())
 	lostc := make(chan struct{})
 	stop := context.AfterFunc(lctx, func() {
 		defer close(lostc)
@@ -189,6 +190,7 @@ func (l *leader) term(ctx context.Context) (retry bool, lasted time.Duration, er
 		<-lostc // its status update comes before the next term's
 	}
 	lasted = time.Since(since)
+	endSpan(lost, ctx.Err(), fnErr)
 
 	switch {
 	case ctx.Err() != nil:

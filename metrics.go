@@ -19,8 +19,8 @@ import (
 // instruments: every hook is then a nil check. Spans are in trace.go.
 
 // The kinds of lock, as the kind told to a MetricsRecorder (the label
-// "kind" of the Prometheus metrics) and the attribute concurrency.kind of
-// the spans.
+// "kind" of the Prometheus metrics) and the attribute kind of the spans
+// (trace.go).
 const (
 	kindMutex     = "mutex"
 	kindElection  = "election"
@@ -150,8 +150,9 @@ func WithMetrics(r MetricsRecorder) SessionOption {
 }
 
 // WithTracerProvider has the session, and every lock on it, record spans
-// with tp: one per acquisition (concurrency.acquire) and one per release
-// (concurrency.release). A nil tp is ignored (the default: no spans). The
+// with tp: one per acquisition (concurrency.acquire), one per hold
+// (concurrency.hold) and one per release (concurrency.release); for Lead,
+// one per term (concurrency.lead.term). A nil tp is ignored (the default: no spans). The
 // global provider (otel.GetTracerProvider) is never used unless it is
 // passed here: a library should not emit spans its user did not ask for.
 func WithTracerProvider(tp trace.TracerProvider) SessionOption {
@@ -240,7 +241,8 @@ type acquisition struct {
 	kind    string
 	name    string
 	start   time.Time
-	span    trace.Span // nil without a tracer
+	parent  context.Context // the caller's, for the hold's span; nil without a tracer
+	span    trace.Span      // nil without a tracer
 	waiting bool
 }
 
@@ -290,10 +292,6 @@ func (a *acquisition) done(h *hold, err error) {
 			if a.kind == kindElection {
 				m.LeaderStarted(a.name)
 			}
-			h.obs = &holdObs{m: m, kind: a.kind, name: a.name}
-			// The session's end cancels the hold's context without a
-			// call to finish: record it then. Nothing runs until then.
-			h.stopObs = context.AfterFunc(h.ctx, func() { h.obs.ended(h, context.Cause(h.ctx)) })
 		case errors.Is(err, ErrLocked):
 			m.TryLockMissed(a.kind, a.name)
 		default:
@@ -304,21 +302,32 @@ func (a *acquisition) done(h *hold, err error) {
 		h.kind = a.kind
 	}
 	a.spanDone(h, err)
+	if err == nil {
+		h.obs = &holdObs{m: a.i.m, kind: a.kind, name: a.name, span: a.startHoldSpan(h)}
+		// The session's end cancels the hold's context without a call to
+		// finish: record it then. Nothing runs until then.
+		h.stopObs = context.AfterFunc(h.ctx, func() { h.obs.ended(h, context.Cause(h.ctx)) })
+	}
 }
 
-// holdObs records the end of a hold.
+// holdObs records the end of a hold, in the metrics and its span.
 type holdObs struct {
-	m    MetricsRecorder
+	m    MetricsRecorder // nil without metrics
 	kind string
 	name string
+	span trace.Span // nil without a tracer
 }
 
 // ended records that h ended with cause; it is called once per hold.
 func (o *holdObs) ended(h *hold, cause error) {
-	o.m.HoldEnded(o.kind, o.name, causeLabel(cause), time.Since(h.since))
-	if o.kind == kindElection {
-		o.m.LeaderEnded(o.name)
+	label := causeLabel(cause)
+	if o.m != nil {
+		o.m.HoldEnded(o.kind, o.name, label, time.Since(h.since))
+		if o.kind == kindElection {
+			o.m.LeaderEnded(o.name)
+		}
 	}
+	endHoldSpan(o.span, label)
 }
 
 // causeLabel says why a hold ended, from the cause of its context.

@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
@@ -399,8 +400,22 @@ func names(mfs []*dto.MetricFamily) string {
 	return b.String()
 }
 
+// attr is the name of the span attribute a, in the module's namespace
+// (issue 31: "concurrency." alone is generic enough to collide).
+func attr(a string) string { return "seed_a9d410c6.concurrency." + a }
+
+// spanAttrs are the attributes of a span, as strings.
+func spanAttrs(sp sdktrace.ReadOnlySpan) map[string]string {
+	got := map[string]string{}
+	for _, kv := range sp.Attributes() {
+		got[string(kv.Key)] = kv.Value.Emit()
+	}
+	return got
+}
+
 // A session with a tracer provider records a span per acquisition, with
-// the queue position and token, and one per release.
+// the queue position and token, one per hold and one per release, with the
+// lock's name.
 func TestTraceSpans(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	rec := tracetest.NewSpanRecorder()
@@ -414,40 +429,102 @@ func TestTraceSpans(t *testing.T) {
 	if err := m2.TryLock(t.Context()); !errors.Is(err, concurrency.ErrLocked) {
 		t.Fatalf("TryLock = %v", err)
 	}
-	token := m1.Token()
+	token, key := m1.Token(), m1.Key()
 	if err := m1.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 
 	spans := rec.Ended()
-	if len(spans) != 3 {
-		t.Fatalf("%d spans, want 3 (acquire, acquire, release)", len(spans))
+	if len(spans) != 4 {
+		t.Fatalf("%d spans, want 4 (acquire, acquire, hold, release)", len(spans))
 	}
 	want := []struct {
 		name  string
 		attrs map[string]string
 	}{
-		{"concurrency.acquire", map[string]string{"concurrency.kind": "mutex", "concurrency.outcome": "acquired", "concurrency.queue.ahead": "0", "concurrency.wait": "true"}},
-		{"concurrency.acquire", map[string]string{"concurrency.outcome": "locked", "concurrency.queue.ahead": "1", "concurrency.wait": "false"}},
-		{"concurrency.release", map[string]string{"concurrency.outcome": "released"}},
+		{"concurrency.acquire", map[string]string{attr("kind"): "mutex", attr("lock"): pfx, attr("outcome"): "acquired", attr("queue.ahead"): "0", attr("wait"): "true"}},
+		{"concurrency.acquire", map[string]string{attr("lock"): pfx, attr("outcome"): "locked", attr("queue.ahead"): "1", attr("wait"): "false"}},
+		{"concurrency.hold", map[string]string{attr("kind"): "mutex", attr("lock"): pfx, attr("key"): key, attr("outcome"): "released"}},
+		{"concurrency.release", map[string]string{attr("kind"): "mutex", attr("lock"): pfx, attr("key"): key, attr("outcome"): "released"}},
 	}
 	for i, w := range want {
 		sp := spans[i]
 		if sp.Name() != w.name {
 			t.Errorf("span %d is %s, want %s", i, sp.Name(), w.name)
 		}
-		got := map[string]string{}
-		for _, kv := range sp.Attributes() {
-			got[string(kv.Key)] = kv.Value.Emit()
-		}
+		got := spanAttrs(sp)
 		for k, v := range w.attrs {
 			if got[k] != v {
 				t.Errorf("span %d %s: %s = %q, want %q (all: %v)", i, sp.Name(), k, got[k], v, got)
 			}
 		}
-		if i != 1 && got["concurrency.token"] != itoa(token) {
-			t.Errorf("span %d: token %q, want %d", i, got["concurrency.token"], token)
+		if i != 1 && got[attr("token")] != itoa(token) {
+			t.Errorf("span %d: token %q, want %d", i, got[attr("token")], token)
 		}
+		for k := range got {
+			if !strings.HasPrefix(k, attr("")) {
+				t.Errorf("span %d %s: attribute %s is not in the module's namespace", i, sp.Name(), k)
+			}
+		}
+	}
+	// The hold lasts from the grant to the release, beside the acquisition.
+	if hold, acq := spans[2], spans[0]; !hold.Parent().Equal(acq.Parent()) || hold.StartTime().Before(acq.StartTime()) {
+		t.Errorf("hold span: parent %v, start %v; acquire span: parent %v, start %v", hold.Parent(), hold.StartTime(), acq.Parent(), acq.StartTime())
+	}
+
+	// The release span of the read side of an RWMutex names the lock too.
+	rw := concurrency.NewRWMutex(newSession(t, c, concurrency.WithTracerProvider(tp)), pfx+"/rw")
+	if err := rw.RLock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.RUnlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	spans = rec.Ended()
+	last := spans[len(spans)-1]
+	if got := spanAttrs(last); last.Name() != "concurrency.release" || got[attr("lock")] != pfx+"/rw" || got[attr("kind")] != "rwmutex_read" {
+		t.Errorf("RUnlock: span %s %v, want concurrency.release of lock %s/rw", last.Name(), got, pfx)
+	}
+}
+
+// Each term of Lead has a span, the parent of fn's spans, with the
+// election's name, the term's token, and how it ended; the leadership's
+// hold has its own.
+func TestTraceLeadTerm(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	var rev int64
+	var fnSpan trace.SpanContext
+	err := concurrency.Lead(t.Context(), sharedClient(t), pfx, "v", func(ctx context.Context, e *concurrency.Election) error {
+		rev = e.Rev()
+		fnSpan = trace.SpanContextFromContext(ctx)
+		return nil
+	}, concurrency.WithLeadTTL(5), concurrency.WithLeadTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var term, hold sdktrace.ReadOnlySpan
+	for _, sp := range rec.Ended() {
+		switch sp.Name() {
+		case "concurrency.lead.term":
+			term = sp
+		case "concurrency.hold":
+			hold = sp
+		}
+	}
+	if term == nil || hold == nil {
+		t.Fatalf("spans %v: want a concurrency.lead.term and a concurrency.hold", rec.Ended())
+	}
+	got := spanAttrs(term)
+	if got[attr("lock")] != pfx || got[attr("token")] != itoa(rev) || got[attr("outcome")] != "returned" {
+		t.Errorf("term span attributes %v, want lock %s, token %d, outcome returned", got, pfx, rev)
+	}
+	if fnSpan.SpanID() != term.SpanContext().SpanID() {
+		t.Errorf("fn's context carries span %v, not the term's %v", fnSpan.SpanID(), term.SpanContext().SpanID())
+	}
+	if got := spanAttrs(hold); got[attr("kind")] != "election" || got[attr("outcome")] != "released" || got[attr("token")] != itoa(rev) {
+		t.Errorf("hold span attributes %v, want an election's, released, token %d", got, rev)
 	}
 }
 
