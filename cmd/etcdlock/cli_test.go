@@ -38,6 +38,25 @@ func TestVersion(t *testing.T) {
 
 // Issue 23: a bare `etcdlock`, as in a cron line that lost its subcommand,
 // does not succeed: it exits 2 with the usage on stderr.
+// Issue 31: shell completion is there, and the help says so.
+func TestCompletion(t *testing.T) {
+	begin(t)
+	for shell, want := range map[string]string{"bash": "__start_etcdlock", "zsh": "#compdef etcdlock", "fish": "complete -c etcdlock"} {
+		out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"completion", shell})
+		if !strings.Contains(out, want) {
+			t.Errorf("etcdlock completion %s: no %q in its output", shell, want)
+		}
+	}
+	if out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"--help"}); !strings.Contains(out, "etcdlock completion bash") {
+		t.Errorf("etcdlock --help does not mention completion:\n%s", out)
+	}
+	// The shell asks etcdlock for flag values: --signal completes names.
+	out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"__complete", "lock", "--signal", "H"})
+	if !strings.Contains(out, "HUP") {
+		t.Errorf("completing --signal H gave %q, want HUP", out)
+	}
+}
+
 func TestBareCommandIsUsageError(t *testing.T) {
 	begin(t)
 	out, stderr := expectRun(t, 10*time.Second, exitUsage, nil, nil, "Usage:", "Available Commands:", "etcdlock: no command given")

@@ -23,8 +23,9 @@ type electOptions struct {
 	quiet     bool
 	once      bool
 	killGrace time.Duration
-	metrics   string // --metrics-addr
-	fg        bool   // --foreground
+	signal    signalValue // --signal: sent to the command's group when the leadership is lost
+	metrics   string      // --metrics-addr
+	fg        bool        // --foreground
 }
 
 func newElectCommand(conn *connFlags) *cobra.Command {
@@ -45,7 +46,8 @@ stdin, stdout and stderr passed through and these variables:
                   is larger for every later leader of NAME
 If the leadership is lost while the command runs (its key deleted, its lease
 revoked or expired, or etcd unreachable until the session's deadline), send
-the command's process group SIGTERM, then SIGKILL after --kill-grace, wait
+the command's process group SIGTERM (or --signal), then SIGKILL after
+--kill-grace, wait
 for the command and the rest of its group to exit (or for SIGKILL), and
 campaign again on a new lease, after a backoff of 100 ms doubling to 5 s.
 If the command exits by itself while leader, resign at once and exit with
@@ -128,20 +130,30 @@ etcdctl elect and etcd's concurrency package.`,
 	f.BoolVarP(&o.listen, "listen", "l", false, "observe the leaders instead of campaigning")
 	f.IntVar(&o.ttl, "ttl", 10, "TTL of the session's lease in seconds: how long a leadership outlives a crashed leader")
 	f.BoolVar(&o.once, "once", false, "with a command: run it at most once; exit 122 if the leadership is lost instead of campaigning again")
-	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "with a command: after the leadership is lost, time between SIGTERM and SIGKILL to the command's process group; 0 sends SIGKILL at once")
+	durationVar(f, &o.killGrace, "kill-grace", 10*time.Second, "with a command: after the leadership is lost, time between --signal and SIGKILL to the command's process group; 0 sends SIGKILL at once")
+	o.signal = signalValue(syscall.SIGTERM)
+	f.VarP(&o.signal, "signal", "s", "with a command: after the leadership is lost, send this signal (a name such as TERM, HUP, INT, USR1, or a number) to the command's process group, as timeout -s, then SIGKILL after --kill-grace")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
 	f.BoolVar(&o.fg, "foreground", false, foregroundUsage)
+	cmd.RegisterFlagCompletionFunc("signal", completeSignal)
 	return cmd
 }
 
 func (o *electOptions) campaign(conn *connFlags, name, proposal string, srv served, stdout, stderr io.Writer) error {
 	waiting := fmt.Sprintf("while campaigning in %q", name)
-	c, err := newContender(conn, name, o.ttl, waiting, concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(owner("elect", nil)))
+	own := owner("elect", nil)
+	c, err := newContender(conn, name, o.ttl, waiting, concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(own))
 	if err != nil {
 		return err
 	}
 	defer c.close()
 	wctx := c.ctx
+	// An election key's value is the proposal: the times go into the
+	// owner record, for inspect (only informs: a failure changes nothing).
+	md := newMeta(time.Now())
+	rctx, cancel := conn.requestCtx(wctx)
+	annotateOwner(rctx, c.cli, c.s.Lease(), own, md)
+	cancel()
 
 	e := concurrency.NewElection(c.s, name)
 	if !o.quiet {
@@ -169,6 +181,10 @@ func (o *electOptions) campaign(conn *connFlags, name, proposal string, srv serv
 
 	hold := e.Ctx()
 	srv.health.watch(hold)
+	md.HeldSince = time.Now().UTC()
+	rctx, cancel = conn.requestCtx(hold)
+	annotateOwner(rctx, c.cli, c.s.Lease(), own, md)
+	cancel()
 	fmt.Fprintln(stdout, e.Key())
 	if !o.quiet {
 		fmt.Fprintf(stderr, "etcdlock: leader of %q as %s (revision %d) until SIGINT or SIGTERM\n", name, e.Key(), e.Rev())
@@ -245,9 +261,21 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 		stopSig os.Signal // the signal after which the command exited
 
 		lostOnce = make(chan struct{}) // closed when --once ends on a loss
+		own      = owner("elect", command)
+		// Lead's sessions are its own: the leader's owner record gets
+		// the times, waiting since etcdlock began or the last term ended.
+		campaigning = time.Now()
 	)
 	fn := func(lctx context.Context, e *concurrency.Election) error {
 		key, rev := e.Key(), e.Rev()
+		defer func() { campaigning = time.Now() }()
+		if lease, ok := keyLease(key); ok {
+			md := newMeta(campaigning)
+			md.HeldSince = time.Now().UTC()
+			rctx, cancel := conn.requestCtx(lctx)
+			annotateOwner(rctx, cli, lease, own, md)
+			cancel()
+		}
 		if !o.quiet {
 			fmt.Fprintf(stderr, "etcdlock: leader of %q as %s (revision %d); running %s\n", name, key, rev, command[0])
 		}
@@ -257,6 +285,7 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 			command:    command,
 			env:        []string{"ETCD_ELECT_KEY=" + key, "ETCD_ELECT_REV=" + strconv.FormatInt(rev, 10)},
 			killGrace:  o.killGrace,
+			stopSignal: syscall.Signal(o.signal),
 			foreground: o.fg,
 			what:       fmt.Sprintf("the leadership of %q", name),
 		}
@@ -298,7 +327,7 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 	go func() {
 		leadc <- concurrency.Lead(ctx, cli, name, proposal, fn, concurrency.WithLeadTTL(o.ttl),
 			concurrency.WithLeadMetrics(srv.metrics), concurrency.WithStatus(status),
-			concurrency.WithLeadOwner(owner("elect", command)))
+			concurrency.WithLeadOwner(own))
 	}()
 	select {
 	case err = <-leadc:

@@ -124,12 +124,13 @@ func inspect(ctx context.Context, conn *connFlags, cli *clientv3.Client, name st
 	st := &lockState{Name: name, Prefix: lockPrefix(name), Revision: rev, Kind: queueKind(q), Holders: []*entryState{}, Waiters: []*entryState{}}
 	for _, e := range q {
 		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: e.TTL, CreateRevision: e.Rev}
-		if m := e.Meta; m != nil && e.Kind != kindSemaphore {
+		if m := e.Meta; m != nil {
 			es.WaitingSince = &m.WaitingSince
 			if !m.HeldSince.IsZero() {
 				es.HeldSince = &m.HeldSince
 			}
-		} else {
+		}
+		if e.Meta == nil || e.MetaInOwner {
 			es.Value = e.Value
 		}
 		w := e.who()

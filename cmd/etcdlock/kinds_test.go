@@ -228,6 +228,8 @@ func TestInspectKinds(t *testing.T) {
 		ps[0].firstLine()
 		ps[1].firstLine()
 		kvs := etcdtest.WaitKeys(t, c, pfx, 3)
+		// The waiting message comes after the waiter has written its times.
+		ps[2].waitFor(ps[2].stderr, "position 1 of 1")
 		st := inspectJSON(t, pfx)
 		if st.Kind != "semaphore" || len(st.Holders) != 2 || len(st.Waiters) != 1 || st.Holder == nil || st.Holder.Key != string(kvs[0].Key) {
 			t.Fatalf("inspect: %+v, want a semaphore with 2 holders and 1 waiter", st)
@@ -241,6 +243,11 @@ func TestInspectKinds(t *testing.T) {
 			if e.PID != ps[i].cmd.Process.Pid || e.Host == "" || e.Label != "etcdlock lock" || e.Value != "2" {
 				t.Errorf("entry %d = %+v, want pid %d, a host, label \"etcdlock lock\", value 2", i, e, ps[i].cmd.Process.Pid)
 			}
+			// Issue 31: how long it waited and held, from the times
+			// etcdlock wrote into the owner record.
+			if e.Waited == nil || e.WaitingSince == nil || (e.Held != nil) != e.Holds || (e.HeldSince != nil) != e.Holds {
+				t.Errorf("entry %d = %+v, want a wait, and a hold if it holds", i, e)
+			}
 		}
 		out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"inspect", pfx})
 		t.Logf("inspect %s:\n%s", pfx, out)
@@ -253,10 +260,45 @@ func TestInspectKinds(t *testing.T) {
 			if f[0] != want || f[1] != string(kvs[i].Key) || f[7] != fmt.Sprint(ps[i].cmd.Process.Pid) || f[len(f)-2] != "semaphore/2" || f[len(f)-1] != "-" {
 				t.Errorf("row %d = %q, want %s %s ... pid %d ... semaphore/2 -", i, lines[2+i], want, kvs[i].Key, ps[i].cmd.Process.Pid)
 			}
+			if waited, held := f[5], f[6]; waited == "-" || (held == "-") == (want == "holder") {
+				t.Errorf("row %d = %q: WAITED %s HELD %s, want a wait, and a hold for a holder", i, lines[2+i], waited, held)
+			}
 		}
 		for _, p := range ps {
 			p.release()
 		}
+		etcdtest.WaitKeys(t, c, pfx, 0)
+	})
+	// Issue 31: election rows have WAITED and HELD too, for a candidate of
+	// elect and for the leader of elect with a command (Lead's terms).
+	t.Run("election", func(t *testing.T) {
+		pfx := begin(t)
+		c := sharedClient(t)
+		leader := start(t, nil, "elect", pfx, "one", "--", "sh", "-c", "echo leading; read line")
+		leader.waitFor(leader.stdout, "leading")
+		candidate := start(t, nil, "elect", pfx, "two")
+		kvs := etcdtest.WaitKeys(t, c, pfx, 2)
+		st := inspectJSON(t, pfx)
+		if st.Holder == nil || len(st.Waiters) != 1 {
+			t.Fatalf("inspect: %+v, want a leader and a candidate", st)
+		}
+		l, w := st.Holder, st.Waiters[0]
+		if l.Key != string(kvs[0].Key) || l.Value != "one" || l.PID != leader.cmd.Process.Pid || l.Waited == nil || l.Held == nil || l.HeldSince == nil {
+			t.Errorf("leader = %+v, want %s, value one, pid %d, a wait and a hold", l, kvs[0].Key, leader.cmd.Process.Pid)
+		}
+		if w.Key != string(kvs[1].Key) || w.Value != "two" || w.PID != candidate.cmd.Process.Pid || w.Waited == nil || w.Held != nil {
+			t.Errorf("candidate = %+v, want %s, value two, pid %d, a wait and no hold", w, kvs[1].Key, candidate.cmd.Process.Pid)
+		}
+		out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"inspect", pfx})
+		t.Logf("inspect %s:\n%s", pfx, out)
+		io.WriteString(leader.stdin, "done\n")
+		leader.expectExit(10*time.Second, 0)
+		candidate.firstLine()
+		st = inspectJSON(t, pfx)
+		if h := st.Holder; h == nil || h.Key != string(kvs[1].Key) || h.Held == nil || h.Waited == nil || *h.Waited < *w.Waited {
+			t.Errorf("after the handover: %+v, want the candidate leading, with a hold and a wait of at least %vs", h, *w.Waited)
+		}
+		candidate.release()
 		etcdtest.WaitKeys(t, c, pfx, 0)
 	})
 	t.Run("rwmutex", func(t *testing.T) {

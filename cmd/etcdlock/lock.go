@@ -23,17 +23,23 @@ import (
 const reportInterval = 5 * time.Second
 
 type lockOptions struct {
-	ttl       int
-	timeout   time.Duration
-	try       bool
-	killGrace time.Duration
-	quiet     bool
-	limit     int    // --limit: a Semaphore with this many permits; 0 without the flag
-	setLimit  bool   // --limit was given (so that --limit 0 is refused)
-	shared    bool   // --shared: an RWMutex's read side
-	exclusive bool   // --exclusive: an RWMutex's write side
-	metrics   string // --metrics-addr
-	fg        bool   // --foreground
+	ttl         int
+	timeout     time.Duration
+	try         bool
+	killGrace   time.Duration
+	signal      signalValue   // --signal: sent to the command's group when the lock is lost
+	conflict    exitCodeValue // --conflict-exit-code: for --try busy and --timeout
+	setConflict bool          // --conflict-exit-code was given
+	quiet       bool
+	limit       int    // --limit: a Semaphore with this many permits; 0 without the flag
+	setLimit    bool   // --limit was given (so that --limit 0 is refused)
+	shared      bool   // --shared: an RWMutex's read side
+	exclusive   bool   // --exclusive: an RWMutex's write side
+	metrics     string // --metrics-addr
+	fg          bool   // --foreground
+
+	own   concurrency.Owner // the session's owner record
+	lease clientv3.LeaseID  // the session's lease
 }
 
 // locker is the one lock a lock command takes: a Mutex (plain lock), a
@@ -140,7 +146,8 @@ user may not write there, the lock works without it.
 Exit codes: the command's status, or 1 (among other errors: the name is
 in use by another kind of lock, or a semaphore with another limit),
 2 (usage, including --limit below 1), 120 (etcd unreachable),
-121 (auth), 122 (lock lost), 123 (--try: busy), 124 (--timeout),
+121 (auth), 122 (lock lost), 123 (--try: busy), 124 (--timeout) (123
+and 124 are replaced by --conflict-exit-code N, as flock -E does),
 126/127 (command cannot run / not found: checked before queueing, so such
 a command never takes a place in the queue), 128+N (signal N while
 waiting).
@@ -157,6 +164,11 @@ See 'etcdlock --help'.`,
 
   # skip this run if another is still going
   etcdlock lock --try nightly-report -- /usr/local/bin/report || [ $? -eq 123 ]
+  # the same, as flock -n -E 0 does it: a busy lock exits 0
+  etcdlock lock --try -E 0 nightly-report -- /usr/local/bin/report
+
+  # wait at most 30 seconds (as flock -w 30); on a loss, send SIGHUP (as timeout -s HUP)
+  etcdlock lock --timeout 30 --signal HUP config-reload -- /usr/local/bin/reload
 
   # hold a lock in a bash script: the key is printed once the lock is held
   coproc etcdlock lock maintenance; read -r key <&"${COPROC[0]}"
@@ -168,20 +180,25 @@ See 'etcdlock --help'.`,
 				return err
 			}
 			o.setLimit = cmd.Flags().Changed("limit")
+			o.setConflict = cmd.Flags().Changed("conflict-exit-code")
 			o.quiet = conn.quiet
 			return o.run(conn, name, command, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.ttl, "ttl", 10, "TTL of the session's lease in seconds: how long a lock outlives a crashed holder")
-	f.DurationVar(&o.timeout, "timeout", 0, "give up waiting after this long (exit 124); 0 waits forever")
-	f.BoolVar(&o.try, "try", false, "do not wait: exit 123 at once if the lock is held")
-	f.DurationVar(&o.killGrace, "kill-grace", 10*time.Second, "after the lock is lost, time between SIGTERM and SIGKILL to the command's process group; 0 sends SIGKILL at once")
+	durationVar(f, &o.timeout, "timeout", 0, "give up waiting after this long (exit 124, or --conflict-exit-code); 0 waits forever")
+	f.BoolVar(&o.try, "try", false, "do not wait: exit 123 (or --conflict-exit-code) at once if the lock is held")
+	f.VarP(&o.conflict, "conflict-exit-code", "E", "exit with this code (0 to 255) instead of 123 when --try finds the lock held, and of 124 when --timeout passes, as flock -E")
+	durationVar(f, &o.killGrace, "kill-grace", 10*time.Second, "after the lock is lost, time between --signal and SIGKILL to the command's process group; 0 sends SIGKILL at once")
+	o.signal = signalValue(syscall.SIGTERM)
+	f.VarP(&o.signal, "signal", "s", "after the lock is lost, send this signal (a name such as TERM, HUP, INT, USR1, or a number) to the command's process group, as timeout -s, then SIGKILL after --kill-grace")
 	f.IntVarP(&o.limit, "limit", "n", 0, "hold one of this many permits of a semaphore named NAME (at least 1)")
 	f.BoolVar(&o.shared, "shared", false, "hold the read side of a reader/writer lock named NAME")
 	f.BoolVar(&o.exclusive, "exclusive", false, "hold the write side of a reader/writer lock named NAME")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
 	f.BoolVar(&o.fg, "foreground", false, foregroundUsage)
+	cmd.RegisterFlagCompletionFunc("signal", completeSignal)
 	return cmd
 }
 
@@ -189,8 +206,8 @@ See 'etcdlock --help'.`,
 const processGroupHelp = `The command runs in a process group of its own, like a shell's job: SIGINT,
 SIGTERM and SIGHUP sent to etcdlock are passed on to the whole group. If the
 lock is lost while the command runs (its key deleted, for example by
-force-unlock, or its lease revoked or expired), send the group SIGTERM, then
-SIGKILL after --kill-grace, and exit with code 122 once the command has
+force-unlock, or its lease revoked or expired), send the group SIGTERM (or
+the signal of --signal, as timeout -s), then SIGKILL after --kill-grace, and exit with code 122 once the command has
 exited and no process of its group is left (or SIGKILL was sent): the
 background processes of 'sh -c "a & b"' are stopped with the shell, as
 timeout(1) stops them. A process that leaves the group (setsid, a daemon)
@@ -203,7 +220,7 @@ In its own group, the command is in the background of the terminal: it
 cannot read it (a read stops it with SIGTTIN), and the terminal's ^C comes
 to etcdlock, which passes it on. --foreground runs the command in etcdlock's
 process group instead, where it can read the terminal and gets ^C itself,
-but then signals, and the SIGTERM and SIGKILL after a loss, reach the
+but then signals, and the --signal and SIGKILL after a loss, reach the
 command's own process only, not the processes it started: a shell should
 exec the last one.`
 
@@ -390,12 +407,14 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 		return err
 	}
 	defer stopMetrics()
+	o.own = owner("lock", command)
 	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name),
-		concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(owner("lock", command)))
+		concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(o.own))
 	if err != nil {
 		return err
 	}
 	defer c.close()
+	o.lease = c.s.Lease()
 	cli, sigc, wctx := c.cli, c.sigc, c.ctx
 
 	if err := o.kindAllowed(wctx, conn, cli, name); err != nil {
@@ -421,11 +440,14 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 	srv.health.watch(hold)
 	md := newMeta(since)
 	md.HeldSince = time.Now().UTC()
-	if !o.setLimit { // a semaphore key's value is its limit
-		actx, cancel := conn.requestCtx(hold)
-		annotate(actx, cli, key, token, md) // only informs inspect: a failure changes nothing
-		cancel()
+	// Both only inform inspect: a failure changes nothing.
+	actx, cancel := conn.requestCtx(hold)
+	if o.setLimit { // a semaphore key's value is its limit
+		annotateOwner(actx, cli, o.lease, o.own, md)
+	} else {
+		annotate(actx, cli, key, token, md)
 	}
+	cancel()
 
 	if len(command) == 0 {
 		fmt.Fprintln(stdout, key)
@@ -553,7 +575,11 @@ func (o *lockOptions) reportWaiting(ctx context.Context, conn *connFlags, cli *c
 		q, _, err := readQueue(rctx, cli, name)
 		held, waiting := holders(q)
 		if i := find(waiting, key); err == nil && i >= 0 {
-			if !annotated && !o.setLimit {
+			switch {
+			case annotated:
+			case o.setLimit:
+				annotated = annotateOwner(rctx, cli, o.lease, o.own, newMeta(since)) == nil
+			default:
 				annotated = annotate(rctx, cli, key, waiting[i].Rev, newMeta(since)) == nil
 			}
 			if !o.quiet && ctx.Err() == nil {
@@ -566,6 +592,15 @@ func (o *lockOptions) reportWaiting(ctx context.Context, conn *connFlags, cli *c
 	}
 }
 
+// conflictCode is the exit code for a busy lock (code exitBusy) or a
+// --timeout (exitTimeout): --conflict-exit-code if given, else code.
+func (o *lockOptions) conflictCode(code int) int {
+	if o.setConflict {
+		return int(o.conflict)
+	}
+	return code
+}
+
 // waitError explains why the lock was not acquired, naming the holder where
 // that helps.
 func (o *lockOptions) waitError(wctx context.Context, conn *connFlags, cli *clientv3.Client, name string, err error) error {
@@ -574,9 +609,9 @@ func (o *lockOptions) waitError(wctx context.Context, conn *connFlags, cli *clie
 	}
 	switch {
 	case errors.Is(err, concurrency.ErrLocked):
-		return withCode(exitBusy, fmt.Errorf("lock %q is busy%s", name, holderNote(conn, cli, name)))
+		return withCode(o.conflictCode(exitBusy), fmt.Errorf("lock %q is busy%s", name, holderNote(conn, cli, name)))
 	case errors.Is(err, errLockTimeout):
-		return withCode(exitTimeout, fmt.Errorf("gave up waiting for lock %q after --timeout %v%s", name, o.timeout, holderNote(conn, cli, name)))
+		return withCode(o.conflictCode(exitTimeout), fmt.Errorf("gave up waiting for lock %q after --timeout %v%s", name, o.timeout, holderNote(conn, cli, name)))
 	case errors.Is(err, concurrency.ErrSessionExpired):
 		return withCode(exitLost, fmt.Errorf("while waiting for lock %q: %w", name, err))
 	case errors.Is(err, concurrency.ErrLimitMismatch):
@@ -666,6 +701,7 @@ func (o *lockOptions) runCommand(name string, command []string, key string, toke
 		command:    command,
 		env:        []string{"ETCD_LOCK_KEY=" + key, "ETCD_LOCK_REV=" + strconv.FormatInt(token, 10)},
 		killGrace:  o.killGrace,
+		stopSignal: syscall.Signal(o.signal),
 		foreground: o.fg,
 		what:       fmt.Sprintf("lock %q", name),
 	}

@@ -189,8 +189,48 @@ func TestLockLostStopsCommand(t *testing.T) {
 	}
 }
 
+// Issue 31: --signal chooses what the command's group gets when the lock is
+// lost, as timeout -s does, and --kill-grace takes bare seconds; lock and
+// elect alike.
+func TestLostSignal(t *testing.T) {
+	script := `trap 'echo got HUP; exit 0' HUP; echo ready; while :; do sleep 0.05; done`
+	for _, tc := range []struct {
+		name string
+		args []string // before NAME
+		prop []string // after NAME
+	}{
+		{"lock", []string{"lock", "--signal", "HUP", "--kill-grace", "10"}, nil},
+		{"elect --once", []string{"elect", "--once", "-s", "1", "--kill-grace", "10"}, []string{"v"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pfx := begin(t)
+			c := sharedClient(t)
+			args := append(append(append(tc.args, pfx), tc.prop...), "--", "sh", "-c", script)
+			p := start(t, nil, args...)
+			p.waitFor(p.stdout, "ready\n")
+			kvs := etcdtest.WaitKeys(t, c, pfx, 1)
+			lost := time.Now()
+			if _, err := c.Revoke(t.Context(), clientv3.LeaseID(kvs[0].Lease)); err != nil {
+				t.Fatal(err)
+			}
+			p.expectExit(10*time.Second, exitLost)
+			if took := p.exited.Sub(lost); took >= 10*time.Second {
+				t.Errorf("exited %v after the loss: the command did not act on SIGHUP", took)
+			}
+			if s := p.stderr.String(); !strings.Contains(s, "sending SIGHUP") || strings.Contains(s, "SIGTERM") {
+				t.Errorf("stderr does not say it sent SIGHUP, or mentions SIGTERM:\n%s", s)
+			}
+			if s := p.stdout.String(); !strings.Contains(s, "got HUP") {
+				t.Errorf("the command did not get SIGHUP; stdout:\n%s", s)
+			}
+			etcdtest.WaitKeys(t, c, pfx, 0)
+		})
+	}
+}
+
 // --try on a held lock exits 123 at once, --timeout exits 124 once it has
-// passed; neither runs the command nor leaves a key.
+// passed (or both the code of --conflict-exit-code); neither runs the
+// command nor leaves a key.
 func TestLockTryAndTimeout(t *testing.T) {
 	pfx := begin(t)
 	c := sharedClient(t)
@@ -218,7 +258,31 @@ func TestLockTryAndTimeout(t *testing.T) {
 		t.Fatalf("keys after --timeout: %v, want only the holder's", kvs)
 	}
 
+	// Issue 31: bare seconds, as timeout(1) and flock -w take them, and
+	// --conflict-exit-code (-E), as flock -E, for --try and --timeout.
+	t0 = time.Now()
+	expectRun(t, 10*time.Second, exitTimeout, nil, []string{"lock", "--timeout", "0.5", pfx, "--", "echo", "ran"}, "gave up", "after --timeout 500ms")
+	if took := time.Since(t0); took < 500*time.Millisecond {
+		t.Errorf("--timeout 0.5 gave up after %v", took)
+	}
+	expectRun(t, 10*time.Second, 7, nil, []string{"lock", "--try", "-E", "7", pfx, "--", "echo", "ran"}, "is busy")
+	out, _ = expectRun(t, 10*time.Second, 0, nil, []string{"lock", "--timeout", "0.2", "--conflict-exit-code", "0", pfx, "--", "echo", "ran"}, "gave up")
+	if out != "" {
+		t.Errorf("--timeout with -E 0 ran the command: %q", out)
+	}
+	if kvs := etcdtest.Keys(t, c, pfx); len(kvs) != 1 || string(kvs[0].Key) != holderKey {
+		t.Fatalf("keys after -E: %v, want only the holder's", kvs)
+	}
+
 	holder.release()
+	// The issue's command line: a bare --timeout on a free lock runs the
+	// command.
+	out, _ = expectRun(t, 10*time.Second, 0, nil, []string{"lock", "--timeout", "1", pfx, "--", "echo", "ran"})
+	if out != "ran\n" {
+		t.Errorf("lock --timeout 1 NAME -- echo ran printed %q", out)
+	}
+	// -E does not change the command's own status.
+	expectRun(t, 10*time.Second, 3, nil, []string{"lock", "-E", "0", "--try", pfx, "--", "sh", "-c", "exit 3"})
 	// Once the lock is free, --try takes it.
 	out, _ = expectRun(t, 10*time.Second, 0, nil, []string{"lock", "--try", pfx, "--", "sh", "-c", printEnv})
 	if key, _ := keyRev(t, out); !strings.HasPrefix(key, pfx+"/") {

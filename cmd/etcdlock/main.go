@@ -49,8 +49,8 @@ const exitCodesHelp = `Exit codes:
   121  authentication failed or permission denied
   122  the lock (or leadership) was lost: its key was deleted (force-unlock),
        its lease revoked or expired; a running command was stopped
-  123  lock --try: the lock is held by someone else
-  124  lock --timeout: the lock was not acquired in time
+  123  lock --try: the lock is held by someone else (lock -E N: N instead)
+  124  lock --timeout: the lock was not acquired in time (lock -E N: N)
   125  force-unlock: the key is not in the lock's queue; nothing was changed
   126  the command could not be executed
   127  the command was not found
@@ -172,6 +172,9 @@ revision.
 
 ` + connHelp + `
 
+Shell completion: 'etcdlock completion bash' (or zsh, fish, powershell)
+prints a script; 'etcdlock completion bash --help' says where to put it.
+
 ` + exitCodesHelp,
 		Example: `  # run a cron job on one host at a time; skip the run if the last one still runs
   */10 * * * * ETCDCTL_ENDPOINTS=10.0.0.1:2379,10.0.0.2:2379 etcdlock lock --try report -- /usr/local/bin/report
@@ -195,7 +198,6 @@ revision.
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}")
-	root.CompletionOptions.HiddenDefaultCmd = true
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return withCode(exitUsage, err)
 	})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,16 +21,17 @@ func lockPrefix(name string) string { return name + "/" }
 // entry is one key in a lock's queue: the holder or a waiter, as the
 // library's Inspect reads it, with what etcdlock wrote into it.
 type entry struct {
-	Key   string
-	Lease clientv3.LeaseID
-	TTL   int64 // seconds left on the lease; -1 if it is gone
-	Rev   int64 // create revision: the order in the queue, and the holder's fencing token
-	Value string
-	Meta  *meta              // nil unless the key was written by etcdlock lock
-	Owner *concurrency.Owner // its session's owner record (concurrency.WithOwner); nil if none
-	Kind  string             // what kind of lock the key belongs to (concurrency.KeyKind's names)
-	Limit int                // a semaphore's limit, from its value; 0 for other kinds
-	Holds bool               // the key holds, by the rule of its kind (concurrency.QueueKey.Holds)
+	Key         string
+	Lease       clientv3.LeaseID
+	TTL         int64 // seconds left on the lease; -1 if it is gone
+	Rev         int64 // create revision: the order in the queue, and the holder's fencing token
+	Value       string
+	Meta        *meta              // nil unless the key (or, MetaInOwner, its owner record) was written by etcdlock lock or elect
+	MetaInOwner bool               // Meta is from the owner record (annotateOwner), and Value is the key's own
+	Owner       *concurrency.Owner // its session's owner record (concurrency.WithOwner); nil if none
+	Kind        string             // what kind of lock the key belongs to (concurrency.KeyKind's names)
+	Limit       int                // a semaphore's limit, from its value; 0 for other kinds
+	Holds       bool               // the key holds, by the rule of its kind (concurrency.QueueKey.Holds)
 }
 
 // Kinds of lock key, as concurrency.KeyKind names them.
@@ -101,7 +103,8 @@ func parseMeta(v []byte) *meta {
 
 // readQueue returns the keys of lock name in queue order (the holder first)
 // and the revision they were read at, each with its kind, whether it
-// holds, and its lease's TTL left (concurrency.Inspect).
+// holds, and its lease's TTL left (concurrency.Inspect), and what etcdlock
+// wrote into the key or its owner record.
 func readQueue(ctx context.Context, cli *clientv3.Client, name string) ([]entry, int64, error) {
 	iq, err := concurrency.Inspect(ctx, cli, name)
 	if err != nil {
@@ -122,7 +125,84 @@ func readQueue(ctx context.Context, cli *clientv3.Client, name string) ([]entry,
 			Holds: k.Holds,
 		})
 	}
+	readOwnerTimes(ctx, cli, q)
 	return q, iq.Revision, nil
+}
+
+// ownerTimes is an owner record (concurrency.WithOwner) with the times of
+// a meta: what etcdlock writes over its session's record for the keys whose
+// value it cannot use (a semaphore key's is its limit, an election key's
+// its proposal), so that inspect shows how long they waited and held. It
+// is still an Owner to the library, whose parser ignores the times.
+type ownerTimes struct {
+	Host         string    `json:"host,omitempty"`
+	PID          int       `json:"pid,omitempty"`
+	Label        string    `json:"label,omitempty"`
+	WaitingSince time.Time `json:"waiting_since"`
+	HeldSince    time.Time `json:"held_since,omitzero"`
+}
+
+// ownerKey is the key of the owner record of lease.
+func ownerKey(lease clientv3.LeaseID) string {
+	return fmt.Sprintf("%s%x", concurrency.OwnerPrefix, int64(lease))
+}
+
+// keyLease is the lease of a Mutex or Election key, NAME/<lease in hex>.
+func keyLease(key string) (clientv3.LeaseID, bool) {
+	id, err := strconv.ParseInt(key[strings.LastIndexByte(key, '/')+1:], 16, 64)
+	return clientv3.LeaseID(id), err == nil
+}
+
+// annotateOwner writes o with the times of m over the owner record of
+// lease, if the record is there, on that lease (the session wrote it): a
+// session without one (the user may not write there) gets none.
+func annotateOwner(ctx context.Context, cli *clientv3.Client, lease clientv3.LeaseID, o concurrency.Owner, m meta) error {
+	v, err := json.Marshal(ownerTimes{Host: o.Host, PID: o.PID, Label: o.Label, WaitingSince: m.WaitingSince, HeldSince: m.HeldSince})
+	if err != nil {
+		return err
+	}
+	key := ownerKey(lease)
+	_, err = cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.LeaseValue(key), "=", lease)).
+		Then(clientv3.OpPut(key, string(v), clientv3.WithIgnoreLease())).
+		Commit()
+	return err
+}
+
+// readOwnerTimes sets, for the entries of q without a meta in their key
+// but with an owner record, the times that annotateOwner wrote there, if
+// any. It reads the records in transactions of at most 100 gets; the times
+// only inform, so it gives up quietly on an error.
+func readOwnerTimes(ctx context.Context, cli *clientv3.Client, q []entry) {
+	byKey := map[string][]int{}
+	var ops []clientv3.Op
+	for i, e := range q {
+		if e.Meta != nil || e.Owner == nil {
+			continue
+		}
+		k := ownerKey(e.Lease)
+		if byKey[k] == nil {
+			ops = append(ops, clientv3.OpGet(k))
+		}
+		byKey[k] = append(byKey[k], i)
+	}
+	for len(ops) > 0 {
+		n := min(len(ops), 100)
+		resp, err := cli.Txn(ctx).Then(ops[:n]...).Commit()
+		if err != nil {
+			return
+		}
+		for _, r := range resp.Responses {
+			for _, kv := range r.GetResponseRange().GetKvs() {
+				if m := parseMeta(kv.Value); m != nil {
+					for _, i := range byKey[string(kv.Key)] {
+						q[i].Meta, q[i].MetaInOwner = m, true
+					}
+				}
+			}
+		}
+		ops = ops[n:]
+	}
 }
 
 // annotate writes m into key if key still has create revision rev, keeping

@@ -34,17 +34,18 @@ const groupExitWait = time.Second
 // first process.
 type supervised struct {
 	command    []string
-	env        []string      // variables added to etcdlock's environment
-	killGrace  time.Duration // between SIGTERM and SIGKILL once the hold ends
-	foreground bool          // run in etcdlock's process group; signal the command's process only
-	what       string        // what the hold is, for messages: lock "NAME"
+	env        []string       // variables added to etcdlock's environment
+	killGrace  time.Duration  // between stopSignal and SIGKILL once the hold ends
+	stopSignal syscall.Signal // sent first once the hold ends; 0 is SIGTERM
+	foreground bool           // run in etcdlock's process group; signal the command's process only
+	what       string         // what the hold is, for messages: lock "NAME"
 }
 
 // run runs the command, passing on signals from sigc to its process group,
-// until it exits. If hold ends first, it sends the group SIGTERM and, after
-// killGrace, SIGKILL, and returns only once the whole group has exited or
+// until it exits. If hold ends first, it sends the group stopSignal and,
+// after killGrace, SIGKILL, and returns only once the whole group has exited or
 // has been sent SIGKILL (and given groupExitWait to die): a process of the
-// command that ignores SIGTERM does not outlive the hold by more than
+// command that ignores stopSignal does not outlive the hold by more than
 // killGrace, even if the command's first process exits before. It returns
 // the last signal it passed on, if any, and the command's Wait error (an
 // *exec.ExitError for a non-zero status), or a codedError with
@@ -83,6 +84,7 @@ func (sup supervised) run(hold context.Context, sigc <-chan os.Signal, stdout, s
 	waitc := make(chan error, 1)
 	go func() { waitc <- c.Wait() }()
 
+	stop := sup.stop()
 	var passed os.Signal
 	lostc := hold.Done()
 	lost, killed := false, false
@@ -105,23 +107,31 @@ func (sup supervised) run(hold context.Context, sigc <-chan os.Signal, stdout, s
 			passed = sig
 		case <-lostc:
 			lostc, lost = nil, true
-			if sup.killGrace == 0 {
+			if sup.killGrace == 0 || stop == syscall.SIGKILL {
 				fmt.Fprintf(stderr, "etcdlock: lost %s (%v); sending SIGKILL to %s\n", sup.what, context.Cause(hold), target)
 				kill()
 				continue
 			}
-			fmt.Fprintf(stderr, "etcdlock: lost %s (%v); sending SIGTERM to %s, SIGKILL in %v\n", sup.what, context.Cause(hold), target, sup.killGrace)
-			signal(syscall.SIGTERM)
-			signal(syscall.SIGCONT) // a stopped process acts on SIGTERM only once continued
+			fmt.Fprintf(stderr, "etcdlock: lost %s (%v); sending %s to %s, SIGKILL in %v\n", sup.what, context.Cause(hold), signalName(stop), target, sup.killGrace)
+			signal(stop)
+			signal(syscall.SIGCONT) // a stopped process acts on a signal only once continued
 			t := time.NewTimer(sup.killGrace)
 			defer t.Stop()
 			killc = t.C
 		case <-killc:
 			killc = nil
-			fmt.Fprintf(stderr, "etcdlock: %s still running %v after SIGTERM; sending SIGKILL\n", target, sup.killGrace)
+			fmt.Fprintf(stderr, "etcdlock: %s still running %v after %s; sending SIGKILL\n", target, sup.killGrace, signalName(stop))
 			kill()
 		}
 	}
+}
+
+// stop is the signal sent first once the hold ends.
+func (sup supervised) stop() syscall.Signal {
+	if sup.stopSignal == 0 {
+		return syscall.SIGTERM
+	}
+	return sup.stopSignal
 }
 
 // waitGroup waits, after a loss, for the members of process group pgid
@@ -140,7 +150,7 @@ func (sup supervised) waitGroup(pgid int, killed bool, killc <-chan time.Time, k
 		case <-poll.C:
 		case <-killc:
 			killc = nil
-			fmt.Fprintf(stderr, "etcdlock: processes of %s's group (pgid %d) still running %v after SIGTERM; sending SIGKILL\n", sup.command[0], pgid, sup.killGrace)
+			fmt.Fprintf(stderr, "etcdlock: processes of %s's group (pgid %d) still running %v after %s; sending SIGKILL\n", sup.command[0], pgid, sup.killGrace, signalName(sup.stop()))
 			kill()
 			giveUp = time.After(groupExitWait)
 		case <-giveUp:
