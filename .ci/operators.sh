@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PROMTOOL=${PROMTOOL:-$(bash .ci/promtool.sh)}
 export PROMTOOL
-"$PROMTOOL" --version | head -1
+echo "promtool: $PROMTOOL"
 "$PROMTOOL" check rules prometheus/rules.yml
 "$PROMTOOL" test rules prometheus/rules_test.yml
 go test -count=1 -run 'TestOperators|TestMetricsSeriesFromStart' ./tests/
