@@ -59,16 +59,23 @@
 // stops answering): bytes are accepted and nothing comes back, and
 // clientv3's default configuration has no gRPC keepalive to notice. So
 // every request of the package waits a sixth of its session's TTL at most
-// (between 1 s and 5 s) before it is sent again, on the client's next
-// connection, and every watch that a wait or a hold relies on asks its
-// stream for progress after a third of the TTL without a word (between
-// 1 s and 20 s), and gives the stream up if that goes unanswered. With the
-// default TTL of 60 s, a hold whose key is deleted while its watch's
-// connection is silent ends within about 25 s of the deletion, plus the
-// reads that find it gone, and a waiter whose predecessor is gone is
-// granted or told as soon; with a TTL of 6 s, within about 3 s. An idle
-// stream costs one progress request per third of the TTL, whatever the
-// number of waits and holds on it (BENCHMARKS.md).
+// (between 1 s and 5 s; each attempt a random part of it, half to all)
+// before it is sent again, on the client's next connection; a watch that
+// etcd has not created within that sixth is opened again on a new stream;
+// and every watch that a wait or a hold relies on asks its stream for
+// progress after a third to a half of the TTL without a word (1 s to 30 s)
+// and, if that goes unanswered for a sixth, opens a watch on the stream to
+// make sure, and gives the stream up if that goes unanswered too. So a
+// silent stream is given up within five sixths of the TTL (40 s at most)
+// of the last word on it: with the default TTL of 60 s, a hold whose key is
+// deleted while its watch's connection is silent ends within about 40 s of
+// the deletion, plus the reads that find it gone (each sent again while
+// the balancer picks the silent connection), and a waiter whose predecessor
+// is gone is granted or told as soon; with a TTL of 6 s, within about 5 s.
+// An idle stream costs about one progress request per third of the TTL,
+// whatever the number of waits and holds on it (BENCHMARKS.md); behind
+// etcd's gRPC proxy, which drops progress requests, each idle watch opens
+// and closes one watch per third of the TTL instead.
 //
 // A lock used only for efficiency (doing work once rather than twice) needs
 // none of these; a lock used for correctness needs fencing or guarded
@@ -106,7 +113,7 @@
 //   - no wait, hold or request waits for ever on a connection that went
 //     silent (see above): etcd's waiter stayed blocked on a free lock, and
 //     its holder's Ctx alive after the key was deleted;
-//   - NewSession gives up after the TTL asked for (a minute at most) when
+//   - NewSession gives up after the TTL asked for (10 s to a minute) when
 //     etcd does not answer, with an error matching
 //     context.DeadlineExceeded, where etcd's waited on the client's
 //     context for ever (#19778).

@@ -590,7 +590,7 @@ func watchLeaders(ctx, fin context.Context, cli *clientv3.Client, l liveness, pf
 		case fin.Err() != nil:
 			w.read(ctx) // the last report, as good as it gets
 			return
-		case errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, errMissed):
+		case errors.Is(err, rpctypes.ErrCompacted):
 			continue // reading again is enough
 		}
 		t := time.NewTimer(jittered(backoff))
@@ -652,33 +652,41 @@ func (w *leaderWatch) read(ctx context.Context) (int64, error) {
 // ended and it has seen the revision etcd had then, and otherwise the error
 // that ended the watch.
 func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
-	wctx, gen := watchContext(ctx)
-	wctx, cancel := context.WithCancel(wctx)
-	defer cancel()
-	p := newProbe(wctx, w.cli, w.l, gen)
-	defer p.stop()
-	wch := w.cli.Watch(wctx, w.pfx, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	wt, err := openWatch(ctx, w.cli, w.l, w.pfx, clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	defer func() { wt.close() }()
+	replayed := false
 	seen, target := rev, int64(0) // target: etcd's revision once fin ended
 	finc := fin.Done()
 	for {
 		select {
-		case <-p.due():
-			if err := p.ask(); err != nil {
+		case <-wt.p.due():
+			if err := wt.p.ask(); err != nil {
 				return err
 			}
-		case wr, ok := <-wch:
+		case wr, ok := <-wt.ch:
 			if !ok {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
 				return fmt.Errorf("concurrency: watch of %q closed", w.pfx)
 			}
-			p.heard()
+			wt.p.heard()
 			if err := wr.Err(); err != nil {
 				return err
 			}
-			if missed(wr, rev) {
-				return errMissed // read again
+			if !replayed && missed(wr, rev) {
+				// Something was written between the read and the watch
+				// (see missed): etcd has written rev+1 by now, so watch
+				// again from it, to apply every event after the read.
+				wt.close()
+				replayed = true
+				if wt, err = openWatch(ctx, w.cli, w.l, w.pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1)); err != nil {
+					return err
+				}
+				continue
 			}
 			for i, ev := range wr.Events {
 				k := string(ev.Kv.Key)
@@ -711,17 +719,13 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 			target = resp.Header.Revision
 			// Without events after seen, only a progress notification
 			// tells that there are none.
-			w.cli.RequestProgress(wctx)
+			w.cli.RequestProgress(wt.p.ctx)
 		}
 		if target > 0 && seen >= target {
 			return nil
 		}
 	}
 }
-
-// errMissed ends a watch of the candidates that began after revisions the
-// read before it did not see (see missed).
-var errMissed = errors.New("concurrency: the watch began past the read")
 
 // jittered is half to all of d, at random, so that candidates that failed
 // together do not retry together.

@@ -342,11 +342,16 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 		then = []clientv3.Op{r.guard(then, r.refused)}
 	}
 	orElse := []clientv3.Op{clientv3.OpGet(key)}
-	// Sent again if unanswered: the transaction of an attempt that was
-	// applied after all finds the key, which is adopted, as after a lost
-	// answer.
+	// Sent again if unanswered: an attempt that was applied after all
+	// left the key, which the next finds and adopts, as after a lost
+	// answer. One applied later still, after the key was used and
+	// deleted, would write it anew: the key is suspect (deleted by lease
+	// while nobody uses it, see Session.suspect) for as long as that may
+	// happen.
 	var resp *clientv3.TxnResponse
+	tries := 0
 	err := s.ask(ctx, func(ctx context.Context) (err error) {
+		tries++
 		resp, err = s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(then...).
@@ -354,6 +359,9 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 			Commit()
 		return err
 	})
+	if tries > 1 {
+		s.suspect(key)
+	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return queued{}, s.leaseGone(err)
 	}

@@ -113,10 +113,14 @@ var errNoAnswer = errors.New("concurrency: no answer from etcd in time")
 // no reset, and clientv3's default configuration has no gRPC keepalive):
 // the next attempt goes, through the client's round-robin balancer, to the
 // next connection. Each attempt waits a random time between d/2 and d, so
-// that its retries do not keep step with other periodic requests of the
+// that the attempts do not keep step with other periodic requests of the
 // client (a session's renewals every third of its TTL took every other
-// pick of the balancer, and left each of these attempts the silent
-// connection). op must be safe to apply twice: an attempt given up on
+// pick of the balancer, and left each attempt the silent connection). The
+// bound does not grow from one attempt to the next: with two connections,
+// one silent, each attempt has an even chance of the silent one, and
+// doubling bounds made a waiter's read take 15 s and more. The cost is on
+// a cluster whose commits take longer than d/2 (at least 0.5 s): it is
+// sent the same request again until one attempt is answered in time. op must be safe to apply twice: an attempt given up on
 // may still be applied. It returns op's last error (ctx's, if ctx ended).
 func answered(ctx context.Context, d time.Duration, op func(ctx context.Context) error) error {
 	for {

@@ -82,8 +82,8 @@ type keyState struct {
 // NewSession grants a lease (or adopts the one given with WithLease) and
 // starts keeping it alive. It blocks for one round trip to etcd (two
 // WithOwner), bounded by the context given with WithContext (default: the
-// client's) and, unlike etcd's (#19778), by the TTL asked for, a minute at
-// most: if etcd has not answered by then, it returns an error matching
+// client's) and, unlike etcd's (#19778), by the TTL asked for (at least
+// 10 s, at most a minute): if etcd has not answered by then, it returns an error matching
 // context.DeadlineExceeded. An attempt that gets no answer within a sixth
 // of the TTL (1 s to 5 s) is sent again, on the client's next connection;
 // a lease granted by an attempt whose answer was lost has no key and
@@ -195,9 +195,10 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 }
 
 // newSessionTimeout bounds NewSession's first round trip for a session
-// asking for a TTL of ttl seconds: the TTL, and a minute at most.
+// asking for a TTL of ttl seconds: the TTL, at least 10 s (a first
+// connection may take that long) and a minute at most.
 func newSessionTimeout(ttl int) time.Duration {
-	return min(time.Duration(ttl)*time.Second, time.Minute)
+	return min(max(time.Duration(ttl)*time.Second, 10*time.Second), time.Minute)
 }
 
 // sessionStartErr is err, NewSession's first request's, with the cause
@@ -663,13 +664,14 @@ func (s *Session) deleteKey(ctx context.Context, key string, rev int64) error {
 		_, err := s.deleteRev(ctx, key, rev)
 		return err
 	}
-	return s.ask(ctx, func(ctx context.Context) error {
-		_, err := s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.LeaseValue(key), "=", s.id)).
-			Then(clientv3.OpDelete(key)).
-			Commit()
-		return err
-	})
+	// Not sent again (see ask): an attempt applied late could delete a
+	// later key of the same name on the same lease, a new hold's. The
+	// caller's ctx bounds it, and the cleanup goroutine tries again.
+	_, err := s.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.LeaseValue(key), "=", s.id)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	return err
 }
 
 // deleteRev deletes key only if its create revision is rev, so that a late
@@ -696,16 +698,22 @@ func (s *Session) deleteRev(ctx context.Context, key string, rev int64) (bool, e
 }
 
 // setIfRev sets the value of key, on the session's lease, if key still has
-// create revision rev, in one transaction, asked as ask does (applying it
-// twice sets the same value twice).
-func (s *Session) setIfRev(ctx context.Context, key string, rev int64, val string) (resp *clientv3.TxnResponse, err error) {
-	err = s.ask(ctx, func(ctx context.Context) error {
-		resp, err = s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, val, clientv3.WithLease(s.id))).
-			Commit()
-		return err
-	})
+// create revision rev, in one transaction. It is not sent again (see ask):
+// an attempt applied late, after a later value, would set the older value
+// back. It waits, if ctx does not end first, four times the session's
+// liveness.wait at most (4 s to 20 s), and then returns an error matching
+// context.DeadlineExceeded, with the outcome unknown.
+func (s *Session) setIfRev(ctx context.Context, key string, rev int64, val string) (*clientv3.TxnResponse, error) {
+	d := 4 * s.live().wait
+	actx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	resp, err := s.client.Txn(actx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, val, clientv3.WithLease(s.id))).
+		Commit()
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		return nil, fmt.Errorf("%w: %w: no answer within %v: the value of %q may or may not be set", errNoAnswer, context.DeadlineExceeded, d, key)
+	}
 	return resp, err
 }
 

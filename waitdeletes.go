@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -270,27 +270,26 @@ func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key st
 // one it ends with an error instead of waiting for events that never come.
 // A watch that starts resets b, the backoff between failed watches.
 //
-// A watch that hears nothing from its stream for a while asks the stream
-// for progress (see probe); if no answer comes in time either, the stream
-// is taken for dead and watchUntil returns an error matching errNoAnswer,
-// for the caller to read again and watch anew, on a new stream.
+// No part of it trusts a silent stream (see openWatch and probe): if etcd
+// does not create the watch in time, or the stream stops answering, it
+// returns an error matching errNoAnswer, for the caller to read again and
+// watch anew, on a new stream.
 func watchUntil(ctx context.Context, client *clientv3.Client, l liveness, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
-	wctx, gen := watchContext(ctx)
-	wctx, cancel := context.WithCancel(wctx)
-	defer cancel()
-	p := newProbe(wctx, client, l, gen)
-	defer p.stop()
-	wch := client.Watch(wctx, key, append(opts, clientv3.WithCreatedNotify())...)
+	w, err := openWatch(ctx, client, l, key, opts...)
+	if err != nil {
+		return err
+	}
+	defer w.close()
 	for {
 		select {
-		case wr, ok := <-wch:
+		case wr, ok := <-w.ch:
 			if !ok {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
 				return fmt.Errorf("%w: %q", errWatchClosed, key)
 			}
-			p.heard()
+			w.p.heard()
 			if err := wr.Err(); err != nil {
 				return err
 			}
@@ -300,12 +299,55 @@ func watchUntil(ctx context.Context, client *clientv3.Client, l liveness, key st
 			if done, err := fn(wr); done || err != nil {
 				return err
 			}
-		case <-p.due():
-			if err := p.ask(); err != nil {
+		case <-w.p.due():
+			if err := w.p.ask(); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// watch is an open watch of the package and the probe that watches its
+// stream.
+type watch struct {
+	ch     clientv3.WatchChan
+	p      *probe
+	cancel context.CancelFunc
+}
+
+// close ends the watch.
+func (w *watch) close() {
+	w.p.stop()
+	w.cancel()
+}
+
+// openWatch opens a watch of key with opts (and WithCreatedNotify) on the
+// client's current stream of the package. clientv3's Watch returns only
+// once etcd has created the watch (or its context ended): on a silent
+// stream, never. So openWatch waits l.wait at most; if etcd has not
+// answered by then, the stream is silent: it moves the client's stream on
+// (see watchContext) and returns an error matching errNoAnswer.
+func openWatch(ctx context.Context, client *clientv3.Client, l liveness, key string, opts ...clientv3.OpOption) (*watch, error) {
+	wctx, g := watchContext(ctx, client)
+	wctx, cancel := context.WithCancel(wctx)
+	ch, ok := opened(wctx, cancel, client, l.wait, key, append(opts, clientv3.WithCreatedNotify())...)
+	if !ok {
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		g.silent()
+		return nil, fmt.Errorf("%w: etcd did not create a watch of %q within %v", errNoAnswer, key, l.wait)
+	}
+	return &watch{ch: ch, p: newProbe(wctx, client, l, key, g), cancel: cancel}, nil
+}
+
+// opened opens a watch on wctx and reports whether etcd created it
+// within wait; if not, it has called cancel, which must end wctx.
+func opened(wctx context.Context, cancel context.CancelFunc, client *clientv3.Client, wait time.Duration, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, bool) {
+	t := time.AfterFunc(wait, cancel)
+	ch := client.Watch(wctx, key, opts...)
+	return ch, t.Stop() && wctx.Err() == nil
 }
 
 // errWatchClosed is the error of a watch whose channel closed without an
@@ -330,8 +372,9 @@ type liveness struct {
 // livenessFor is the liveness of a session with the given TTL: idle a
 // third of it (when the session renews its lease), between 1 s and 20 s;
 // wait a sixth, between 1 s and 5 s. A watch on a silent stream gives it
-// up within idle plus wait, at most half the TTL, and 25 s. A session
-// that knows no TTL (WithLease on a missing lease) counts the default.
+// up within 1.5 idle plus 2 wait (see probe): five sixths of the TTL, and
+// 40 s. A session that knows no TTL (WithLease on a missing lease) counts
+// the default.
 func livenessFor(ttl time.Duration) liveness {
 	if ttl <= 0 {
 		ttl = defaultSessionTTL * time.Second
@@ -339,59 +382,106 @@ func livenessFor(ttl time.Duration) liveness {
 	return liveness{idle: min(max(ttl/3, time.Second), 20*time.Second), wait: min(max(ttl/6, time.Second), 5*time.Second)}
 }
 
-// watchGen numbers the gRPC stream that carries the package's watches.
-// clientv3 multiplexes every watch whose context has the same outgoing
-// metadata onto one stream, and keeps that stream, dead or not, while any
-// of its watches lives. A watch that finds its stream silent moves the
-// number on, so that the watches opened after it (its own again, and every
-// other of the process) go on a new stream, which the balancer places on a
-// connection of its choosing, while those still on the silent stream move
-// over as their own probes find it silent.
-var watchGen atomic.Int64
+// streamGen numbers the gRPC stream that carries the package's watches on
+// one client. clientv3 multiplexes every watch of a client whose context
+// has the same outgoing metadata onto one stream, and keeps that stream,
+// dead or not, while any of its watches lives. A watch that finds its
+// stream silent moves the number on (silent), so that the watches opened
+// after it on that client (its own again, and every other) go on a new
+// stream, which the balancer places on a connection of its choosing, while
+// those still on the silent stream move over as their own probes find it
+// silent.
+type streamGen struct {
+	mu sync.Mutex // guards n
+	n  int64
+}
 
-// watchStreamKey is the metadata key that carries watchGen. etcd ignores
-// it; clientv3 picks a watch's stream by its context's metadata.
+// streamGens holds the streamGen of each client with watches of the
+// package, until the client is closed.
+var streamGens sync.Map // *clientv3.Client → *streamGen
+
+// genOf returns client's streamGen.
+func genOf(client *clientv3.Client) *streamGen {
+	if g, ok := streamGens.Load(client); ok {
+		return g.(*streamGen)
+	}
+	g, loaded := streamGens.LoadOrStore(client, new(streamGen))
+	if !loaded {
+		context.AfterFunc(client.Ctx(), func() { streamGens.Delete(client) })
+	}
+	return g.(*streamGen)
+}
+
+// streamRef is one stream of a client: its streamGen and number.
+type streamRef struct {
+	g *streamGen
+	n int64
+}
+
+// silent moves the client's stream on, unless another watch of the same
+// stream did already.
+func (r streamRef) silent() {
+	r.g.mu.Lock()
+	if r.g.n == r.n {
+		r.g.n++
+	}
+	r.g.mu.Unlock()
+}
+
+// watchStreamKey is the metadata key that carries a stream's number. etcd
+// ignores it; clientv3 picks a watch's stream by its context's metadata.
 const watchStreamKey = "concurrency-watch-stream"
 
-// watchContext is the context for a watch of the package: it requires a
-// leader (see watchUntil) and names the current stream. It returns the
-// stream's number too.
-func watchContext(ctx context.Context) (context.Context, int64) {
-	gen := watchGen.Load()
-	return metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), watchStreamKey, strconv.FormatInt(gen, 10)), gen
+// watchContext is the context for a watch of the package on client: it
+// requires a leader (see watchUntil) and names the client's current
+// stream, which it returns too.
+func watchContext(ctx context.Context, client *clientv3.Client) (context.Context, streamRef) {
+	g := genOf(client)
+	g.mu.Lock()
+	r := streamRef{g: g, n: g.n}
+	g.mu.Unlock()
+	return metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), watchStreamKey, strconv.FormatInt(r.n, 10)), r
 }
 
 // probe keeps a watch from trusting a silent stream. Every response the
 // watch receives shows the stream alive (heard). Once the watch has heard
-// nothing for about l.idle, it asks the stream for progress: etcd answers
-// on the stream, and clientv3 hands the answer (a progress notification)
-// to every watch of the stream. If nothing comes within l.wait, the stream
-// is silent: ask returns errNoAnswer and moves watchGen on. Since every
-// watch of the stream hears one watch's answer, and each waits a random
-// part of idle more before it asks, a stream of many idle watches costs
-// about one progress request per idle, not one per watch. A new watch
-// counts as asked: its created response is the answer.
+// nothing for idle to 1.5 idle (at random), it asks the stream for
+// progress: etcd answers on the stream, and clientv3 hands the answer (a
+// progress notification) to every watch of the stream. So a stream of
+// many idle watches costs about one progress request per idle, not one
+// per watch: each watch that hears another's answer waits again.
 //
-// A progress request goes unanswered on a live stream too while one of its
-// watches catches up on old events, or waits for a revision not yet
-// written (etcd answers only when every watch of the stream has reached
-// its start revision): the package opens no such watch (see missed), but
-// clientv3 resumes every watch of a stream that reconnects from the
-// revision after the last progress it heard. Then each watch of the stream
-// reads once more and is opened again on a new stream, once; nothing is
-// missed.
+// etcd leaves a progress request unanswered on a live stream too: while
+// one of its watches catches up on old events or waits for a revision not
+// yet written (it answers only when every watch of the stream has reached
+// its start revision; the package opens no such watch, see missed, but
+// clientv3 resumes the watches of a stream that reconnects from the
+// revision after the last event it heard), and always behind etcd's gRPC
+// proxy, which drops progress requests. So if no answer comes within
+// wait, the probe makes sure: it opens a watch on the same stream, which
+// etcd and the proxy create at once on a live stream, and closes it. Only
+// if that goes unanswered within wait too is the stream silent: ask moves
+// the client's stream on and returns errNoAnswer. A silent stream is given
+// up within 1.5 idle + 2 wait of the last word heard on it.
 type probe struct {
 	ctx    context.Context // the watch's: its metadata names the stream
 	client *clientv3.Client
 	l      liveness
-	gen    int64 // the stream's number (see watchContext)
+	key    string    // the watch's key, for the confirming watch
+	stream streamRef // the stream (see watchContext)
 	t      *time.Timer
-	asked  bool // a request is out (or the created response is due)
+	asked  bool // a progress request is out
 }
 
-func newProbe(ctx context.Context, client *clientv3.Client, l liveness, gen int64) *probe {
-	return &probe{ctx: ctx, client: client, l: l, gen: gen, t: time.NewTimer(l.wait), asked: true}
+func newProbe(ctx context.Context, client *clientv3.Client, l liveness, key string, stream streamRef) *probe {
+	p := &probe{ctx: ctx, client: client, l: l, key: key, stream: stream}
+	p.t = time.NewTimer(p.idle())
+	return p
 }
+
+// idle is how long the watch waits for a word before it asks: idle to 1.5
+// idle, so that the watches of a stream do not ask together.
+func (p *probe) idle() time.Duration { return p.l.idle + rand.N(p.l.idle/2) }
 
 // due is the channel on which the probe's timer fires.
 func (p *probe) due() <-chan time.Time { return p.t.C }
@@ -399,11 +489,11 @@ func (p *probe) due() <-chan time.Time { return p.t.C }
 // heard records a response on the stream.
 func (p *probe) heard() {
 	p.asked = false
-	p.t.Reset(p.l.idle + rand.N(p.l.idle/2))
+	p.t.Reset(p.idle())
 }
 
-// ask is called when the timer fires: if a request was out, the stream is
-// silent and ask returns errNoAnswer; if not, it sends one.
+// ask is called when the timer fires: it sends a progress request if none
+// is out, and otherwise makes sure the stream is alive (see probe).
 func (p *probe) ask() error {
 	if !p.asked {
 		p.asked = true
@@ -415,9 +505,17 @@ func (p *probe) ask() error {
 			return nil
 		}
 		// The request could not even be queued on the stream.
+	} else {
+		cctx, cancel := context.WithCancel(p.ctx)
+		_, ok := opened(cctx, cancel, p.client, p.l.wait, p.key, clientv3.WithCreatedNotify())
+		cancel()
+		if ok || p.ctx.Err() != nil {
+			p.heard()
+			return nil
+		}
 	}
-	watchGen.CompareAndSwap(p.gen, p.gen+1)
-	return fmt.Errorf("%w: the watch stream said nothing for %v", errNoAnswer, p.l.idle+p.l.wait)
+	p.stream.silent()
+	return fmt.Errorf("%w: the watch stream said nothing for %v", errNoAnswer, p.l.idle+2*p.l.wait)
 }
 
 // stop stops the probe's timer.

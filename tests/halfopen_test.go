@@ -183,8 +183,86 @@ func TestHalfOpenLeaderStepsDown(t *testing.T) {
 	}
 }
 
+// A watch opened on a stream that is silent already: clientv3's Watch
+// returns only once etcd has created the watch. A waiter on another lock
+// keeps the client's stream of watches on m0; m0 goes silent; then the
+// hold's Ctx opens its watch on that stream, and its key is deleted.
+func TestHalfOpenHoldWatchOpenedOnSilentStream(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	h := sharedClient(t)
+	hs := newSession(t, h)
+	blocker := concurrency.NewMutex(hs, pfx+"/pin")
+	if err := blocker.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w, silence := halfOpenClient(t)
+	ws := newSession(t, w, concurrency.WithTTL(halfOpenTTL))
+	pin := concurrency.NewMutex(ws, pfx+"/pin")
+	pinc := async(t, func() error { return pin.Lock(t.Context()) })
+	etcdtest.WaitKeys(t, h, pfx+"/pin", 2)
+	wm := concurrency.NewMutex(ws, pfx+"/held")
+	if err := wm.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	silence()
+	hctx := wm.Ctx()
+	if _, err := h.Delete(t.Context(), wm.Key()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hctx.Done():
+		if cause := context.Cause(hctx); !errors.Is(cause, concurrency.ErrLockLost) {
+			t.Fatalf("hold ended with %v, want ErrLockLost", cause)
+		}
+	case <-time.After(halfOpenBound):
+		t.Fatalf("the hold's context is still alive %v after its key was deleted", halfOpenBound)
+	}
+	if err := blocker.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-pinc; err != nil {
+		t.Fatalf("the pinning waiter: %v", err)
+	}
+	if err := pin.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The holder unlocks only after the waiter's probe has given up the
+// silent stream (within 1.5 + 2 × 1 s at TTL 3 s): the waiter's watch is
+// opened again, on a stream that the balancer may place on m0 again.
+func TestHalfOpenWaiterReopensWatch(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	h := sharedClient(t)
+	hm := concurrency.NewMutex(newSession(t, h), pfx)
+	if err := hm.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w, silence := halfOpenClient(t)
+	wm := concurrency.NewMutex(newSession(t, w, concurrency.WithTTL(halfOpenTTL)), pfx)
+	errc := async(t, func() error { return wm.Lock(t.Context()) })
+	etcdtest.WaitKeys(t, h, pfx, 2)
+	silence()
+	time.Sleep(5 * time.Second) // the scenario: a hold that lasts past the probe's verdict
+	if err := hm.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("waiter's Lock: %v", err)
+		}
+	case <-time.After(halfOpenBound):
+		t.Fatalf("the waiter still waits %v after the unlock", halfOpenBound)
+	}
+	if err := wm.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // NewSession on a client whose only member went silent returns an error
-// within its bound instead of waiting for ever (etcd #19778).
+// within its bound (its TTL, at least 10 s) instead of waiting for ever
+// (etcd #19778).
 func TestHalfOpenNewSessionReturns(t *testing.T) {
 	etcdtest.Begin(t)
 	eps := etcdtest.Endpoints()
@@ -214,8 +292,8 @@ func TestHalfOpenNewSessionReturns(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("NewSession: %v, want an error matching context.DeadlineExceeded", err)
 		}
-		if took := time.Since(start); took < ttl*time.Second {
-			t.Fatalf("NewSession gave up after %v, before its bound of %d s", took, ttl)
+		if took := time.Since(start); took < 10*time.Second {
+			t.Fatalf("NewSession gave up after %v, before its bound of 10 s (TTL %d s, floored)", took, ttl)
 		}
 	case <-time.After(halfOpenBound):
 		c.Close() // ends the hung call
