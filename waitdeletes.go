@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -328,18 +329,27 @@ func (w *watch) close() {
 // answered by then, the stream is silent: it moves the client's stream on
 // (see watchContext) and returns an error matching errNoAnswer.
 func openWatch(ctx context.Context, client *clientv3.Client, l liveness, key string, opts ...clientv3.OpOption) (*watch, error) {
-	wctx, g := watchContext(ctx, client)
-	wctx, cancel := context.WithCancel(wctx)
-	ch, ok := opened(wctx, cancel, client, l.wait, key, append(opts, clientv3.WithCreatedNotify())...)
-	if !ok {
+	opts = append(opts, clientv3.WithCreatedNotify())
+	for {
+		sctx, r := watchContext(ctx, client)
+		wctx, cancel := context.WithCancel(sctx)
+		ch, ok := opened(wctx, cancel, client, l.wait, key, opts...)
+		if ok {
+			r.heard()
+			return &watch{ch: ch, p: newProbe(wctx, client, l, key, r), cancel: cancel}, nil
+		}
 		cancel()
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		g.silent()
-		return nil, fmt.Errorf("%w: etcd did not create a watch of %q within %v", errNoAnswer, key, l.wait)
+		// clientv3 creates a stream's watches one at a time: behind
+		// many others, a watch may wait longer than l.wait on a stream
+		// that answers them. Only a stream nobody heard from is silent.
+		if !r.heardWithin(l.wait) {
+			r.silent()
+			return nil, fmt.Errorf("%w: etcd did not create a watch of %q within %v", errNoAnswer, key, l.wait)
+		}
 	}
-	return &watch{ch: ch, p: newProbe(wctx, client, l, key, g), cancel: cancel}, nil
 }
 
 // opened opens a watch on wctx and reports whether etcd created it
@@ -392,8 +402,8 @@ func livenessFor(ttl time.Duration) liveness {
 // those still on the silent stream move over as their own probes find it
 // silent.
 type streamGen struct {
-	mu sync.Mutex // guards n
-	n  int64
+	n       atomic.Int64 // the current stream's number
+	heardAt atomic.Int64 // when a watch of the current stream last heard from it (UnixNano), 0 if none has
 }
 
 // streamGens holds the streamGen of each client with watches of the
@@ -421,11 +431,23 @@ type streamRef struct {
 // silent moves the client's stream on, unless another watch of the same
 // stream did already.
 func (r streamRef) silent() {
-	r.g.mu.Lock()
-	if r.g.n == r.n {
-		r.g.n++
+	if r.g.n.CompareAndSwap(r.n, r.n+1) {
+		r.g.heardAt.Store(0)
 	}
-	r.g.mu.Unlock()
+}
+
+// heard records that a watch heard from the stream.
+func (r streamRef) heard() {
+	if r.g.n.Load() == r.n {
+		r.g.heardAt.Store(time.Now().UnixNano())
+	}
+}
+
+// heardWithin reports whether a watch of the stream heard from it within
+// the last d: the stream is alive, if busy.
+func (r streamRef) heardWithin(d time.Duration) bool {
+	at := r.g.heardAt.Load()
+	return r.g.n.Load() == r.n && at != 0 && time.Since(time.Unix(0, at)) < d
 }
 
 // watchStreamKey is the metadata key that carries a stream's number. etcd
@@ -437,9 +459,7 @@ const watchStreamKey = "concurrency-watch-stream"
 // stream, which it returns too.
 func watchContext(ctx context.Context, client *clientv3.Client) (context.Context, streamRef) {
 	g := genOf(client)
-	g.mu.Lock()
-	r := streamRef{g: g, n: g.n}
-	g.mu.Unlock()
+	r := streamRef{g: g, n: g.n.Load()}
 	return metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), watchStreamKey, strconv.FormatInt(r.n, 10)), r
 }
 
@@ -462,7 +482,12 @@ func watchContext(ctx context.Context, client *clientv3.Client) (context.Context
 // etcd and the proxy create at once on a live stream, and closes it. Only
 // if that goes unanswered within wait too is the stream silent: ask moves
 // the client's stream on and returns errNoAnswer. A silent stream is given
-// up within 1.5 idle + 2 wait of the last word heard on it.
+// up within 1.5 idle + 2 wait of the last word heard on it. The watches of
+// a stream share what they hear (see streamGen): a watch whose stream
+// another watch heard from lately asks nothing, so an idle stream costs
+// about one progress request per idle, and a watch that etcd is slow to
+// create behind many others on a stream that answers them is not taken
+// for silent.
 type probe struct {
 	ctx    context.Context // the watch's: its metadata names the stream
 	client *clientv3.Client
@@ -488,13 +513,25 @@ func (p *probe) due() <-chan time.Time { return p.t.C }
 
 // heard records a response on the stream.
 func (p *probe) heard() {
+	p.stream.heard()
 	p.asked = false
 	p.t.Reset(p.idle())
 }
 
 // ask is called when the timer fires: it sends a progress request if none
-// is out, and otherwise makes sure the stream is alive (see probe).
+// is out, and otherwise makes sure the stream is alive (see probe). A
+// stream that another watch heard from lately (since this one asked, if
+// it did) needs neither.
 func (p *probe) ask() error {
+	lately := p.l.idle
+	if p.asked {
+		lately = p.l.wait
+	}
+	if p.stream.heardWithin(lately) {
+		p.asked = false
+		p.t.Reset(p.idle())
+		return nil
+	}
 	if !p.asked {
 		p.asked = true
 		p.t.Reset(p.l.wait)
