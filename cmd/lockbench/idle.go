@@ -30,7 +30,8 @@ type idleResults struct {
 // runIdle runs the idle workload for each TTL of -idle-ttls in two
 // layouts: every session on one client (all of a package's watches on one
 // stream), and one session per client, a fleet of -idle-clients processes.
-func runIdle(ctx context.Context, cfg config, watchers lockbench.WatcherCount, server lockbench.ServerCount, root string) (*idleResults, error) {
+// gauges gives the server's watcher and watch-stream counts.
+func runIdle(ctx context.Context, cfg config, gauges lockbench.Env, server lockbench.ServerCount, root string) (*idleResults, error) {
 	res := &idleResults{loadBefore: loadavg()}
 	start := time.Now()
 	layouts := []struct {
@@ -47,7 +48,8 @@ func runIdle(ctx context.Context, cfg config, watchers lockbench.WatcherCount, s
 			if err != nil {
 				return nil, err
 			}
-			env := lockbench.Env{Clients: cs, Watchers: watchers}
+			env := gauges
+			env.Clients = cs
 			run := idleRun{layout: l.name}
 			for _, x := range []struct {
 				impl lockbench.Impl
@@ -62,6 +64,8 @@ func runIdle(ctx context.Context, cfg config, watchers lockbench.WatcherCount, s
 					return nil, err
 				}
 				*x.into = r
+				progress("idle, %s, TTL %d s, %s: %.0f watchers on %.0f watch streams; over %v the servers received %v; the clients sent %d progress requests",
+					l.name, ttl, x.impl.Name, r.Watchers, r.WatchStreams, r.Window.Round(time.Millisecond), serverCounts(r), r.Client.Progress)
 			}
 			closeClients()
 			res.runs = append(res.runs, run)
@@ -69,6 +73,20 @@ func runIdle(ctx context.Context, cfg config, watchers lockbench.WatcherCount, s
 	}
 	res.took, res.loadAfter = time.Since(start), loadavg()
 	return res, nil
+}
+
+// serverCounts formats r's server-side requests by method, for progress.
+func serverCounts(r lockbench.IdleResult) string {
+	if r.ServerErr != "" {
+		return "unknown (" + r.ServerErr + ")"
+	}
+	var parts []string
+	for _, m := range idleMethods([]idleRun{{ours: r}}) {
+		if n := r.Server[m].Requests(); n != 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", m, n))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // loadavg is the machine's load, from /proc/loadavg.
@@ -129,19 +147,19 @@ func idleSection(w io.Writer, cfg config, res *idleResults) {
 		"Counts, not times: the machine's load (1, 5, 15 min) was %s at the group's start and %s at its end; the group took %v.\n\n",
 		cfg.idleWindow, res.serverSrc, res.loadBefore, res.loadAfter, res.took.Round(time.Second))
 	methods := idleMethods(res.runs)
-	head := []string{"TTL", "layout", "package", "holds+waits", "clients", "watchers"}
+	head := []string{"TTL", "layout", "package", "holds+waits", "clients", "watchers", "watch streams"}
 	for _, m := range methods {
 		head = append(head, m)
 		if m == "Watch" {
 			head = append(head, "progress")
 		}
 	}
-	head = append(head, "all", "all ÷ keepalive", "progress/client/min")
+	head = append(head, "all", "all ÷ keepalive", "progress/client/min", "progress/stream/min")
 	t := newTable(head...)
 	raw := newTable(append([]string{"TTL", "layout", "package", "window"}, append(slices.Clone(methods), "progress (client)", "Watch (client)")...)...)
 	for _, run := range res.runs {
 		for _, r := range []lockbench.IdleResult{run.ours, run.etcd} {
-			cells := []string{fmt.Sprintf("%d s", r.TTL), run.layout, r.Impl, fmt.Sprint(r.HoldsAndWaits()), fmt.Sprint(r.Clients), fmt.Sprintf("%.0f", r.Watchers)}
+			cells := []string{fmt.Sprintf("%d s", r.TTL), run.layout, r.Impl, fmt.Sprint(r.HoldsAndWaits()), fmt.Sprint(r.Clients), fmt.Sprintf("%.0f", r.Watchers), fmt.Sprintf("%.0f", r.WatchStreams)}
 			rawCells := []string{fmt.Sprintf("%d s", r.TTL), run.layout, r.Impl, dur(r.Window)}
 			var all float64
 			for _, m := range methods {
@@ -157,7 +175,11 @@ func idleSection(w io.Writer, cfg config, res *idleResults) {
 			if ka := requests(r, "LeaseKeepAlive"); ka > 0 {
 				perKA = fmt.Sprintf("%.2f", all/ka)
 			}
-			cells = append(cells, num(r.PerThousandPerMinute(all)), perKA, num(r.PerClientPerMinute(float64(r.Client.Progress))))
+			perStream := "-"
+			if r.WatchStreams > 0 && r.Window > 0 {
+				perStream = num(float64(r.Client.Progress) / r.Window.Minutes() / r.WatchStreams)
+			}
+			cells = append(cells, num(r.PerThousandPerMinute(all)), perKA, num(r.PerClientPerMinute(float64(r.Client.Progress))), perStream)
 			t.add(cells...)
 			raw.add(append(rawCells, fmt.Sprint(r.Client.Progress), fmt.Sprint(r.Client.Sent["Watch"]))...)
 		}

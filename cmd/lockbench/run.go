@@ -67,6 +67,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	watchers := lockbench.ScrapedWatchers(cfg.endpoints)
 	watchersSrc := fmt.Sprintf("`%s`, summed over the members' /metrics pages", lockbench.WatcherMetric)
 	server := lockbench.ScrapedServerMsgs(cfg.endpoints)
+	streams := lockbench.ScrapedGauge(cfg.endpoints, lockbench.WatchStreamMetric)
 	serverSrc := "`grpc_server_msg_received_total` and `grpc_server_handled_total`, summed over the members' /metrics pages"
 	if len(cfg.endpoints) == 0 {
 		progress("starting an embedded %d-member cluster", cfg.members)
@@ -84,6 +85,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 		// The members share one set of gRPC server metrics, registered
 		// with the default registry by the first of them.
 		server = lockbench.GatheredServerMsgs(prometheus.DefaultGatherer)
+		streams = lockbench.GatheredGauge(prometheus.DefaultGatherer, lockbench.WatchStreamMetric)
 		serverSrc = "`grpc_server_msg_received_total` and `grpc_server_handled_total`, the gRPC server metrics the in-process members share, read from prometheus.DefaultGatherer"
 	}
 	root := cfg.prefix
@@ -231,7 +233,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	}
 
 	if cfg.runs("idle") {
-		if res.idle, err = runIdle(ctx, cfg, watchers, server, root); err != nil {
+		if res.idle, err = runIdle(ctx, cfg, lockbench.Env{Watchers: watchers, WatchStreams: streams}, server, root); err != nil {
 			return err
 		}
 		res.idle.serverSrc = serverSrc

@@ -28,9 +28,10 @@ type IdleResult struct {
 	ServerErr string
 	// Client is what the clients sent over the window (see Traffic).
 	Client TrafficCounts
-	// Watchers is the server's watcher count above the baseline taken
-	// before the sessions opened, read as the window opened.
-	Watchers float64
+	// Watchers and WatchStreams are the server's watchers and watch
+	// streams above the baseline taken before the sessions opened, read
+	// as the window opened.
+	Watchers, WatchStreams float64
 }
 
 // HoldsAndWaits is the number of idle holds and waits.
@@ -71,9 +72,14 @@ func Idle(ctx context.Context, env Env, traffic *Traffic, server ServerCount, im
 	if holds < 1 || window <= 0 {
 		return r, fmt.Errorf("lockbench: Idle: %d holds, window %v", holds, window)
 	}
-	var base float64
+	var base, baseStreams float64
 	if env.Watchers != nil {
 		if base, err = env.Watchers(ctx); err != nil {
+			return r, err
+		}
+	}
+	if env.WatchStreams != nil {
+		if baseStreams, err = env.WatchStreams(ctx); err != nil {
 			return r, err
 		}
 	}
@@ -129,10 +135,16 @@ func Idle(ctx context.Context, env Env, traffic *Traffic, server ServerCount, im
 		cancel()
 		wg.Wait()
 		var errs []error
+		bad := 0
 		for i, err := range waitErrs {
 			if !errors.Is(err, context.Canceled) {
-				errs = append(errs, fmt.Errorf("%s: waiter %d: Lock = %v, want context.Canceled", impl.Name, i, err))
+				if bad++; bad <= 3 {
+					errs = append(errs, fmt.Errorf("%s: waiter %d: Lock = %v, want context.Canceled", impl.Name, i, err))
+				}
 			}
+		}
+		if bad > 3 {
+			errs = append(errs, fmt.Errorf("%s: %d waiters in all ended otherwise than by their cancellation", impl.Name, bad))
 		}
 		return errors.Join(errs...)
 	}
@@ -148,6 +160,11 @@ func Idle(ctx context.Context, env Env, traffic *Traffic, server ServerCount, im
 		var w float64
 		w, err = env.Watchers(ctx)
 		r.Watchers = w - base
+	}
+	if err == nil && env.WatchStreams != nil {
+		var w float64
+		w, err = env.WatchStreams(ctx)
+		r.WatchStreams = w - baseStreams
 	}
 	var s0 ServerMsgs
 	if err == nil && server != nil {
