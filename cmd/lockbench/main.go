@@ -48,8 +48,19 @@
 //     the write side otherwise; each acquisition is timed from call to
 //     return.
 //
+// One more, idle, runs only when -only names it (its windows are minutes
+// long): what idle holds and waits cost the cluster (issue 27). For each
+// package, -idle-holds locks held, each by a session of its own (this
+// package's holds watched, as once Mutex.Ctx is asked for; etcd's package
+// has no such context), with as many sessions waiting, one behind each
+// hold, all on one client; then the same on -idle-clients clients, one
+// session each; for each TTL of -idle-ttls. The requests that reach the
+// servers over -idle-window are counted by method from the servers' gRPC
+// metrics, and the watch progress requests by client interceptors.
+//
 // -only runs some of the workloads, by group: basic (raw Put and Get,
-// uncontended, TryLock), contended, many, queue, lost, semaphore, rwmutex.
+// uncontended, TryLock), contended, many, queue, lost, semaphore, rwmutex,
+// metrics, idle.
 //
 // Every workload uses its own key prefix under /lockbench/<run>, closes its
 // sessions, and checks that its prefix is empty; the run checks that the
@@ -104,13 +115,26 @@ type config struct {
 	only            map[string]bool // nil: every group
 	metrics         bool
 	metricsSessions int
+	idleHolds       int
+	idleClients     int
+	idleTTLs        []int
+	idleWindow      time.Duration
 }
 
 // groups are the workload groups that -only selects from, in run order.
-var groups = []string{"basic", "contended", "many", "queue", "semaphore", "rwmutex", "metrics", "lost"}
+var groups = []string{"basic", "contended", "many", "queue", "semaphore", "rwmutex", "metrics", "lost", "idle"}
+
+// optIn are the groups that run only when -only names them: their
+// windows are minutes long.
+var optIn = []string{"idle"}
 
 // runs reports whether the workloads of group run.
-func (c config) runs(group string) bool { return c.only == nil || c.only[group] }
+func (c config) runs(group string) bool {
+	if c.only == nil {
+		return !slices.Contains(optIn, group)
+	}
+	return c.only[group]
+}
 
 func main() {
 	log.SetFlags(0)
@@ -147,7 +171,7 @@ func main() {
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
 	var cfg config
-	var endpoints, sessions, waiters, semWaiters, rwReads, only string
+	var endpoints, sessions, waiters, semWaiters, rwReads, only, idleTTLs string
 	fs.StringVar(&endpoints, "endpoints", "", "comma-separated client URLs of a running etcd cluster (default: start an embedded cluster on loopback)")
 	fs.IntVar(&cfg.members, "members", 3, "members of the embedded cluster")
 	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured window of each timed workload, per package")
@@ -173,7 +197,11 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&semWaiters, "sem-waiters", "2,1000", "queue lengths of the semaphore queue workload, behind -sem-limit held permits")
 	fs.IntVar(&cfg.rwSessions, "rw-sessions", 16, "sessions of the RWMutex workload (0: skip it)")
 	fs.StringVar(&rwReads, "rw-reads", "0.9,0.1", "fractions of RWMutex operations that take the read side, one run each")
-	fs.StringVar(&only, "only", "", "comma-separated workload groups to run (default all): "+strings.Join(groups, ", "))
+	fs.StringVar(&only, "only", "", "comma-separated workload groups to run (default all but "+strings.Join(optIn, ", ")+"): "+strings.Join(groups, ", "))
+	fs.IntVar(&cfg.idleHolds, "idle-holds", 500, "idle workload, one client: locks held, each by a session of its own, with as many sessions waiting, one behind each hold")
+	fs.IntVar(&cfg.idleClients, "idle-clients", 100, "idle workload, fleet: clients, each with one session that holds or waits (half hold, half wait)")
+	fs.StringVar(&idleTTLs, "idle-ttls", "60,6", "session TTLs, in seconds, of the idle workload, one run each")
+	fs.DurationVar(&cfg.idleWindow, "idle-window", time.Minute, "idle workload: how long the traffic of the idle holds and waits is counted, per package, layout and TTL")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -187,6 +215,7 @@ func parseFlags(args []string) (config, error) {
 			"duration": "200ms", "rounds": "1", "sessions": "2,8", "waiters": "2,20", "many": "4",
 			"lost-ttl": "2", "lost-trials": "1", "queue-timeout": "1m", "timeout": "3m",
 			"sem-sessions": "8", "sem-waiters": "2,20", "rw-sessions": "4",
+			"idle-holds": "4", "idle-clients": "4", "idle-ttls": "3", "idle-window": "3s",
 		}
 		for name, v := range quick {
 			if !set[name] {
@@ -208,6 +237,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.semWaiters, err = intList(semWaiters, 1); err != nil {
 		return cfg, fmt.Errorf("-sem-waiters: %w", err)
+	}
+	if cfg.idleTTLs, err = intList(idleTTLs, 1); err != nil {
+		return cfg, fmt.Errorf("-idle-ttls: %w", err)
 	}
 	for _, f := range strings.Split(rwReads, ",") {
 		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
@@ -235,6 +267,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-many and -many-hold must not be negative")
 	case cfg.duration <= 0 || cfg.lostBound <= 0 || cfg.queueTimeout <= 0 || cfg.timeout <= 0:
 		return cfg, errors.New("durations must be positive")
+	case cfg.idleHolds < 1 || cfg.idleClients < 2 || cfg.idleClients%2 != 0 || cfg.idleWindow <= 0:
+		return cfg, errors.New("need -idle-holds >= 1, an even -idle-clients >= 2, a positive -idle-window")
 	case cfg.metricsSessions < 2:
 		return cfg, errors.New("-metrics-sessions must be at least 2")
 	case cfg.rounds < 1 || cfg.clients < 2 || cfg.maxOps < 1 || cfg.lostTTL < 1 || cfg.lostTrials < 1:
@@ -259,9 +293,9 @@ func intList(s string, least int) ([]int, error) {
 	return ns, nil
 }
 
-// newClients returns n clients of endpoints, all counted by counter if it
-// is not nil, and a function that closes them.
-func newClients(endpoints []string, n int, counter *lockbench.Counter) ([]*clientv3.Client, func(), error) {
+// newClients returns n clients of endpoints, each configured by opts (a
+// Counter's or a Traffic's Option), and a function that closes them.
+func newClients(endpoints []string, n int, opts ...func(*clientv3.Config)) ([]*clientv3.Client, func(), error) {
 	var cs []*clientv3.Client
 	closeAll := func() {
 		for _, c := range cs {
@@ -270,8 +304,8 @@ func newClients(endpoints []string, n int, counter *lockbench.Counter) ([]*clien
 	}
 	for i := 0; i < n; i++ {
 		cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
-		if counter != nil {
-			counter.Option(&cfg)
+		for _, opt := range opts {
+			opt(&cfg)
 		}
 		c, err := clientv3.New(cfg)
 		if err != nil {
@@ -294,13 +328,13 @@ func runChildQueue(ctx context.Context, cfg config, w io.Writer) error {
 	}
 	// The holder has a client of its own, not counted: the counts are the
 	// waiters'.
-	holder, closeHolder, err := newClients(cfg.endpoints, 1, nil)
+	holder, closeHolder, err := newClients(cfg.endpoints, 1)
 	if err != nil {
 		return err
 	}
 	defer closeHolder()
 	var counter lockbench.Counter
-	cs, closeClients, err := newClients(cfg.endpoints, min(cfg.clients, waiters), &counter)
+	cs, closeClients, err := newClients(cfg.endpoints, min(cfg.clients, waiters), counter.Option)
 	if err != nil {
 		return err
 	}

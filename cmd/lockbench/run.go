@@ -56,7 +56,8 @@ type results struct {
 	semQueue    []lockbench.QueueResult // by -sem-waiters
 	rw          []rwPair                // by -rw-reads
 	lost        []lost
-	overhead    *overhead // nil with -metrics=false
+	overhead    *overhead    // nil with -metrics=false
+	idle        *idleResults // nil when not run
 }
 
 // run starts (or connects to) the cluster, runs every workload for both
@@ -65,6 +66,9 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	where := strings.Join(cfg.endpoints, ",")
 	watchers := lockbench.ScrapedWatchers(cfg.endpoints)
 	watchersSrc := fmt.Sprintf("`%s`, summed over the members' /metrics pages", lockbench.WatcherMetric)
+	server := lockbench.ScrapedServerMsgs(cfg.endpoints)
+	streams := lockbench.ScrapedGauge(cfg.endpoints, lockbench.WatchStreamMetric)
+	serverSrc := "`grpc_server_msg_received_total` and `grpc_server_handled_total`, summed over the members' /metrics pages"
 	if len(cfg.endpoints) == 0 {
 		progress("starting an embedded %d-member cluster", cfg.members)
 		clus, err := embedetcd.Start(ctx, cfg.members)
@@ -78,13 +82,18 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 		// default registry: read it there.
 		watchers = lockbench.GatheredWatchers(prometheus.DefaultGatherer)
 		watchersSrc = fmt.Sprintf("`%s`, the gauge the in-process members share, read from prometheus.DefaultGatherer", lockbench.WatcherMetric)
+		// The members share one set of gRPC server metrics, registered
+		// with the default registry by the first of them.
+		server = lockbench.GatheredServerMsgs(prometheus.DefaultGatherer)
+		streams = lockbench.GatheredGauge(prometheus.DefaultGatherer, lockbench.WatchStreamMetric)
+		serverSrc = "`grpc_server_msg_received_total` and `grpc_server_handled_total`, the gRPC server metrics the in-process members share, read from prometheus.DefaultGatherer"
 	}
 	root := cfg.prefix
 	if root == "" {
 		root = fmt.Sprintf("/lockbench/%d", time.Now().UnixNano())
 	}
 	var counter lockbench.Counter
-	cs, closeClients, err := newClients(cfg.endpoints, cfg.clients, &counter)
+	cs, closeClients, err := newClients(cfg.endpoints, cfg.clients, counter.Option)
 	if err != nil {
 		return err
 	}
@@ -223,10 +232,20 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 		res.lost = append(res.lost, lost{impl, samples, capped})
 	}
 
+	if cfg.runs("idle") {
+		if res.idle, err = runIdle(ctx, cfg, lockbench.Env{Watchers: watchers, WatchStreams: streams}, server, root); err != nil {
+			return err
+		}
+		res.idle.serverSrc = serverSrc
+	}
+
 	progress("done in %v", time.Since(start).Round(time.Second))
 	report(w, cfg, where, time.Since(start), res)
 	if res.overhead != nil {
 		reportOverhead(w, res.overhead)
+	}
+	if res.idle != nil {
+		idleSection(w, cfg, res.idle)
 	}
 	return nil
 }
@@ -247,7 +266,7 @@ func runSemaphore(ctx context.Context, cfg config, env func(int) lockbench.Env, 
 		}
 		res.semaphore = &r
 	}
-	holder, closeHolder, err := newClients(cfg.endpoints, 1, nil)
+	holder, closeHolder, err := newClients(cfg.endpoints, 1)
 	if err != nil {
 		return err
 	}

@@ -21,19 +21,27 @@ const WatcherMetric = "etcd_debugging_mvcc_watcher_total"
 // right now.
 type WatcherCount func(ctx context.Context) (float64, error)
 
+// WatchStreamMetric is the etcd server's gauge of the gRPC watch streams
+// it serves (go.etcd.io/etcd/server/v3/storage/mvcc, metrics.go:
+// watchStreamGauge), shared like WatcherMetric.
+const WatchStreamMetric = "etcd_debugging_mvcc_watch_stream_total"
+
 // GatheredWatchers reads WatcherMetric from g. The gauge is a package
 // variable of etcd's mvcc package, registered with prometheus's default
 // registry: with members running in this process, prometheus.DefaultGatherer
 // holds one gauge that all of them add to, so its value is the cluster's
 // total.
-func GatheredWatchers(g prometheus.Gatherer) WatcherCount {
+func GatheredWatchers(g prometheus.Gatherer) WatcherCount { return GatheredGauge(g, WatcherMetric) }
+
+// GatheredGauge reads the gauge name from g, summed over its samples.
+func GatheredGauge(g prometheus.Gatherer, name string) WatcherCount {
 	return func(context.Context) (float64, error) {
 		mfs, err := g.Gather()
 		if err != nil {
 			return 0, err
 		}
 		for _, mf := range mfs {
-			if mf.GetName() != WatcherMetric {
+			if mf.GetName() != name {
 				continue
 			}
 			var sum float64
@@ -42,17 +50,21 @@ func GatheredWatchers(g prometheus.Gatherer) WatcherCount {
 			}
 			return sum, nil
 		}
-		return 0, fmt.Errorf("lockbench: no %s in this process's metrics", WatcherMetric)
+		return 0, fmt.Errorf("lockbench: no %s in this process's metrics", name)
 	}
 }
 
 // ScrapedWatchers sums WatcherMetric over the /metrics pages of endpoints,
 // one per member of a cluster that runs outside this process.
-func ScrapedWatchers(endpoints []string) WatcherCount {
+func ScrapedWatchers(endpoints []string) WatcherCount { return ScrapedGauge(endpoints, WatcherMetric) }
+
+// ScrapedGauge sums the unlabelled gauge name over the /metrics pages of
+// endpoints.
+func ScrapedGauge(endpoints []string, name string) WatcherCount {
 	return func(ctx context.Context) (float64, error) {
 		var sum float64
 		for _, ep := range endpoints {
-			v, err := scrapeGauge(ctx, strings.TrimSuffix(ep, "/")+"/metrics", WatcherMetric)
+			v, err := scrapeGauge(ctx, strings.TrimSuffix(ep, "/")+"/metrics", name)
 			if err != nil {
 				return 0, err
 			}

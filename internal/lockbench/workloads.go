@@ -33,6 +33,9 @@ type Env struct {
 	// Watchers, if not nil, counts the watchers the cluster's members hold
 	// (ManyLocks reads it).
 	Watchers WatcherCount
+	// WatchStreams, if not nil, counts the gRPC watch streams the
+	// cluster's members serve (Idle reads it).
+	WatchStreams WatcherCount
 }
 
 func (e Env) client(i int) *clientv3.Client { return e.Clients[i%len(e.Clients)] }
