@@ -26,7 +26,9 @@ mkdir -p "$cache/etcd-$v"
 	export GOWORK=off GOFLAGS=-mod=mod
 	go mod init etcdbuild >/dev/null 2>&1
 	go get "go.etcd.io/etcd/server/v3@$v" >/dev/null 2>&1 || go get "go.etcd.io/etcd/server/v3@$v" >&2
-	go build -trimpath -o "$bin.tmp" go.etcd.io/etcd/server/v3 >&2
+	go build -trimpath -o "$bin.$$" go.etcd.io/etcd/server/v3 >&2
 )
-mv "$bin.tmp" "$bin"
+# Two builds of one version at once (go test ./... runs packages in
+# parallel) each rename their own file into place.
+mv "$bin.$$" "$bin"
 echo "$bin"

@@ -10,12 +10,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
 	"github.com/seed-a9d410c6/concurrency/recipes"
 )
 
 func ExampleQueue_DequeueContext() {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdtest.Endpoints()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints()})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -49,7 +48,7 @@ func ExampleQueue_DequeueContext() {
 }
 
 func ExampleBarrier_WaitContext() {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdtest.Endpoints()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints()})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -80,7 +79,7 @@ func ExampleBarrier_WaitContext() {
 }
 
 func ExampleDoubleBarrier_EnterContext() {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdtest.Endpoints()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints()})
 	if err != nil {
 		log.Fatal(err)
 	}
