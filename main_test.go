@@ -132,3 +132,11 @@ func freeURL() (string, error) {
 	defer l.Close()
 	return "http://" + l.Addr().String(), nil
 }
+
+// testContext returns a context cancelled when the test ends (the
+// library's go line, 1.23, predates testing.T.Context).
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx
+}

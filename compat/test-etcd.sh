@@ -29,4 +29,4 @@ pid=$!
 echo "started"
 read -r _ || true
 kill "$pid" 2>/dev/null || true
-wait "$pid" || true
+wait "$pid" 2>/dev/null || true

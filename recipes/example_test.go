@@ -114,3 +114,118 @@ func ExampleDoubleBarrier_EnterContext() {
 	// Output:
 	// all left together
 }
+
+func ExamplePriorityQueue_DequeueContext() {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+
+	ctx := context.Background()
+	q := recipes.NewPriorityQueue(cli, "/example/pq")
+	// Lower numbers come out first; equal ones in the order they came in.
+	for _, e := range []struct {
+		val string
+		pr  uint16
+	}{{"backup", 5}, {"page on-call", 0}, {"rotate logs", 5}} {
+		if err := q.EnqueueContext(ctx, e.val, e.pr); err != nil {
+			log.Fatal(err)
+		}
+	}
+	for range 3 {
+		v, err := q.DequeueContext(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(v)
+	}
+	// Output:
+	// page on-call
+	// backup
+	// rotate logs
+}
+
+func ExampleRWMutex_RLockContext() {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+	s1, err := concurrency.NewSession(cli)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s1.Close()
+	s2, err := concurrency.NewSession(cli)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s2.Close()
+
+	ctx := context.Background()
+	r1 := recipes.NewRWMutex(s1, "/example/rw")
+	r2 := recipes.NewRWMutex(s2, "/example/rw")
+	// Readers share the lock.
+	if err := r1.RLockContext(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := r2.RLockContext(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("two readers inside")
+	if err := r1.RUnlockContext(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := r2.RUnlockContext(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// A writer excludes everyone.
+	if err := r1.LockContext(ctx); err != nil {
+		log.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = r2.RLockContext(tctx)
+	cancel()
+	fmt.Println("reader while a writer holds:", errors.Is(err, context.DeadlineExceeded))
+	if err := r1.UnlockContext(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// two readers inside
+	// reader while a writer holds: true
+}
+
+func ExampleCountDownLatch() {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+
+	ctx := context.Background()
+	l := recipes.NewCountDownLatch(cli, "/example/latch")
+	if err := l.Start(ctx, 3); err != nil {
+		log.Fatal(err)
+	}
+	opened := make(chan struct{})
+	go func() {
+		defer close(opened)
+		if err := l.Wait(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}()
+	for range 3 { // three workers report done
+		if err := l.CountDown(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+	<-opened
+	n, err := l.Count(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("latch open, count", n)
+	// Output:
+	// latch open, count 0
+}
