@@ -14,6 +14,13 @@ v=$1
 case "$v" in v*) ;; *) v=v$v ;; esac
 cache=${ETCD_COMPAT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/concurrency-compat}
 bin=$cache/etcd-$v/etcd
+# One build of a version at a time (go test ./... runs the root's and
+# recipes' tests at once, each asking for the server): the second waits,
+# then finds the first's binary.
+if [ -z "${BUILD_ETCD_LOCKED:-}" ] && command -v flock >/dev/null 2>&1; then
+	mkdir -p "$cache"
+	BUILD_ETCD_LOCKED=1 exec flock "$cache/etcd-$v.lock" sh "$0" "$v"
+fi
 if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "^etcd Version: ${v#v}\$"; then
 	echo "$bin"
 	exit 0
