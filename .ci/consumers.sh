@@ -155,15 +155,27 @@ func freeURL(t *testing.T) url.URL {
 }
 
 func TestEmbedded(t *testing.T) {
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	cfg.LogLevel = "error"
-	c, p := freeURL(t), freeURL(t)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{c}, []url.URL{c}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{p}, []url.URL{p}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
+	// A port free a moment ago may be taken by another process before
+	// etcd binds it (a busy CI machine): up to three tries.
+	var (
+		e   *embed.Etcd
+		c   url.URL
+		err error
+	)
+	for try := 0; try < 3 && e == nil; try++ {
+		cfg := embed.NewConfig()
+		cfg.Dir = t.TempDir()
+		cfg.LogLevel = "error"
+		var p url.URL
+		c, p = freeURL(t), freeURL(t)
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{c}, []url.URL{c}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{p}, []url.URL{p}
+		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+		if e, err = embed.StartEtcd(cfg); err != nil {
+			t.Log(err)
+		}
+	}
+	if e == nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
