@@ -7,7 +7,7 @@
 # missing: Debian's etcd-server package (etcd 3.4, the oldest server the
 # fault and compatibility tests run against), via faults/setup.sh. What it
 # builds and caches: etcd servers 3.5, 3.6 and 3.7 from the Go module
-# proxy (compat/build-etcd.sh, a minute or two each the first time, under
+# proxy (compat/build-etcd.sh, 1 to 4 CPU-minutes each the first time, under
 # ~/.cache/concurrency-compat), and the Go 1.23.0 toolchain (the library's
 # go line) as a module from the proxy. The comparison with Redis and
 # ZooKeeper (compare/) runs only when their servers are installed already:

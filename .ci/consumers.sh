@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
-# consumers.sh measures what swapping the import path does to a service:
-# for each service below it builds a throwaway module that uses etcd's own
-# concurrency package (Lock/Unlock, Campaign/Resign), runs `go mod tidy`,
-# records `go list -m all`, then swaps the import path to this library
-# (with a replace to this checkout), tidies again and checks that
-#   - etcd's modules (client, api, client/pkg, server) and gRPC did not
-#     move (other moves, such as the go line, are printed),
-#   - no more modules were added than the service's budget: 3, the
-#     issue's target, except where the measured cost is known to be
-#     higher and why (the budget column below),
-#   - it builds, vets, and runs: client-only services against a real etcd
-#     server process of their line (compat/build-etcd.sh), services with
-#     an embedded etcd in their tests with `go test`.
-# It prints one line per service and fails if any check fails.
+# consumers.sh measures what adopting this library does to a service, in
+# the three ways a user adopts it, for services on etcd 3.5, 3.6 and 3.7,
+# client only and with an embedded etcd server (server/v3/embed in their
+# tests):
+#   (a) add: a go.mod that pins etcd (and the service's go line), code
+#       that imports this library, one `go mod tidy`;
+#   (b) swap: an already tidy service on etcd's own concurrency package
+#       swaps the import path, then tidies;
+#   (c) new: a brand-new service (`go mod init`, no etcd pin) runs the
+#       README's install line (`go get go.etcd.io/etcd/client/v3@latest`
+#       and this module), then tidies; and (c0) the same service with only
+#       `go mod tidy`, which must get gRPC 1.56.3 or newer (CVE-2023-44487).
+# The reference for (a) and (b) is the same service on etcd's package,
+# tidied; for (c) a new service on etcd's package after the same install
+# line. Every flow must tidy (an ambiguous import fails it), keep etcd's
+# modules (client, api, client/pkg, server) and gRPC where the reference
+# has them (other moves, such as the go line, are printed), add no more
+# modules than the budget (3, the issue's target), vet, build and run:
+# client-only services against a real etcd server process of their line
+# (compat/build-etcd.sh), the others' tests against their embedded etcd.
+# This module is added through a replace to this checkout.
+# It prints one line per service and flow and fails if any check fails.
 #
-# Usage: bash .ci/consumers.sh   (CONSUMERS=regexp picks services; needs the module proxy; about 5 minutes
-# on a cold cache, under a minute warm)
+# Usage: bash .ci/consumers.sh   (CONSUMERS=regexp picks services by name,
+# FLOWS=regexp picks flows (a, b, c, c0), RUN=no only tidies and compares;
+# needs the module proxy)
 set -euo pipefail
 lib=$(cd "$(dirname "$0")/.." && pwd)
+libmod=github.com/seed-a9d410c6/concurrency
 export GOWORK=off GOFLAGS=-mod=mod
 work=$(mktemp -d)
 srvpid=
@@ -28,23 +38,36 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# name, etcd version, the service's go line, embed (yes/no), server line,
-# budget of added modules. Over 3: the floor's go.uber.org/atomic (zap
-# v1.17.0), gogo/protobuf (etcd api v3.5) and google.golang.org/genproto
-# are graph nodes etcd 3.6 and 3.7 no longer have (no code of theirs is
-# built): services on 3.7.3 get all three, so 4 with this module. (Before
-# the Prometheus metrics moved to the nested module prometheus/, the root
-# package imported client_golang, which etcd's client stops importing from
-# v3.5.21: client-only services on 3.5.21, 3.6.16 and 3.7.3 got 23, 15 and
-# 17.)
+# name, etcd version (latest: flow c), the service's go line (new: go mod
+# init's), embed (yes/no), server line for client-only runs, budget of
+# added modules: 3, the target, except where the measured cost is known to
+# be higher and why:
+#  - etcd v3.5.0 to v3.5.9: the library's floor is etcd v3.5.10 (gRPC
+#    1.58.3), the oldest 3.5 release whose graph holds no pre-split genproto
+#    (README, Compatibility): such a service is raised to it, on its line,
+#    and its direct requirement on genproto, now at the post-split version
+#    etcd v3.5.10 requires, brings that version's requirements into its
+#    graph (cloud.google.com/go/..., 90 modules, none of whose code is
+#    built), as raising etcd to v3.5.10 by hand does;
+#  - etcd v3.7: go.uber.org/atomic (zap v1.17.0), gogo/protobuf (etcd api
+#    v3.5) and google.golang.org/genproto are graph nodes etcd 3.7 no longer
+#    has (no code of theirs is built): 4 with this module.
+# (Before the Prometheus metrics moved to the nested module prometheus/,
+# the root package imported client_golang: client-only services on 3.5.21,
+# 3.6.16 and 3.7.3 got 23, 15 and 17.)
 services=(
-	"client-3.5.0   v3.5.0  1.22   no  v3.5.35 3"
+	"client-3.5.0   v3.5.0  1.22   no  v3.5.35 93"
 	"client-3.5.21  v3.5.21 1.23.0 no  v3.5.35 3"
+	"client-3.5.35  v3.5.35 1.26.0 no  v3.5.35 3"
 	"client-3.6.16  v3.6.16 1.26.0 no  v3.6.16 3"
 	"client-3.7.3   v3.7.3  1.26.0 no  v3.7.3  4"
+	"embed-3.5.21   v3.5.21 1.23.0 yes -       3"
 	"embed-3.6.16   v3.6.16 1.26.0 yes -       3"
 	"embed-3.7.3    v3.7.3  1.26.0 yes -       4"
+	"new-client     latest  new    no  v3.7.3  4"
+	"new-embed      latest  new    yes -       4"
 )
+
 
 write_service() { # dir embed
 	cat >"$1/main.go" <<'GO'
@@ -132,15 +155,27 @@ func freeURL(t *testing.T) url.URL {
 }
 
 func TestEmbedded(t *testing.T) {
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	cfg.LogLevel = "error"
-	c, p := freeURL(t), freeURL(t)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{c}, []url.URL{c}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{p}, []url.URL{p}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
+	// A port free a moment ago may be taken by another process before
+	// etcd binds it (a busy CI machine): up to three tries.
+	var (
+		e   *embed.Etcd
+		c   url.URL
+		err error
+	)
+	for try := 0; try < 3 && e == nil; try++ {
+		cfg := embed.NewConfig()
+		cfg.Dir = t.TempDir()
+		cfg.LogLevel = "error"
+		var p url.URL
+		c, p = freeURL(t), freeURL(t)
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{c}, []url.URL{c}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{p}, []url.URL{p}
+		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+		if e, err = embed.StartEtcd(cfg); err != nil {
+			t.Log(err)
+		}
+	}
+	if e == nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
@@ -168,54 +203,138 @@ others() {
 
 . "$lib/compat/etcd-server.sh"
 
+use_library() { # dir: the service's code imports this library, resolved to this checkout
+	sed -i "s#\"go.etcd.io/etcd/client/v3/concurrency\"#\"$libmod\"#" "$1/main.go"
+	(cd "$1" && go mod edit -require="$libmod@v0.0.0-00010101000000-000000000000" -replace="$libmod=$lib")
+}
+
+new_module() { # dir name goline
+	mkdir -p "$1"
+	if [ "$3" = new ]; then
+		(cd "$1" && go mod init "example.com/$2" >/dev/null 2>&1)
+	else
+		printf 'module example.com/%s\n\ngo %s\n' "$2" "$3" >"$1/go.mod"
+	fi
+}
+
+pin() { # dir version embed: require etcd's client (and server) at version
+	local v=$2
+	(
+		cd "$1"
+		if [ "$v" = latest ]; then
+			go get "go.etcd.io/etcd/client/v3@latest" >/dev/null 2>&1
+			[ "$3" = no ] || go get "go.etcd.io/etcd/server/v3@latest" >/dev/null 2>&1
+		else
+			go mod edit -require="go.etcd.io/etcd/client/v3@$v"
+			[ "$3" = no ] || go mod edit -require="go.etcd.io/etcd/server/v3@$v"
+		fi
+	)
+}
+
+record() { # dir prefix
+	(cd "$1" && go list -m all | sort >"$2.txt" && pinned >"$2.pinned" && others >"$2.others")
+}
+
+tidy() { # dir
+	(cd "$1" && go mod tidy >tidy.log 2>&1) || { sed 's/^/    /' "$1/tidy.log"; return 1; }
+}
+
+# compare ref dir label budget: the checks on what the flow did to the
+# service, one line of the table.
+compare() {
+	local ref=$1 d=$2 label=$3 budget=$4 before after added
+	before=$(wc -l <"$ref/before.txt")
+	after=$(wc -l <"$d/after.txt")
+	added=$(comm -13 <(cut -d' ' -f1 "$ref/before.txt") <(cut -d' ' -f1 "$d/after.txt") | tr '\n' ' ')
+	printf '%-22s %-8s %7d %7d %6d %6d  %s\n' "$label" "$(sed -n 's#^go.etcd.io/etcd/client/v3 ##p' "$d/after.pinned")" \
+		"$before" "$after" $((after - before)) "$budget" "$added"
+	if ! diff "$ref/before.pinned" "$d/after.pinned" >/dev/null; then
+		diff "$ref/before.pinned" "$d/after.pinned" | grep '^[<>]' | sed 's/^/    /' || true
+		# A service below the library's floor moves up to the floor, no
+		# further, and stays on its etcd line (README, Compatibility).
+		if comm -13 "$ref/before.pinned" "$d/after.pinned" | grep -vxFf "$floor" >/dev/null ||
+			[ "$(sed -n 's#^go.etcd.io/etcd/client/v3 \(v3\.[0-9]*\).*#\1#p' "$ref/before.pinned")" != \
+			"$(sed -n 's#^go.etcd.io/etcd/client/v3 \(v3\.[0-9]*\).*#\1#p' "$d/after.pinned")" ]; then
+			echo "    $label: etcd or gRPC moved"
+			status=1
+		else
+			echo "    $label: (known) raised to the library's floor, on the same etcd line"
+		fi
+	fi
+	if ! diff "$ref/before.others" "$d/after.others" >/dev/null; then
+		diff "$ref/before.others" "$d/after.others" | grep '^[<>]' | sed 's/^/    (info) /' || true
+	fi
+	if [ $((after - before)) -gt "$budget" ]; then
+		echo "    $label: $((after - before)) modules added, budget $budget"
+		status=1
+	fi
+}
+
+# exercise dir label embed srv: vet, build and run the service.
+exercise() {
+	local d=$1 label=$2
+	if [ "$3" = yes ]; then
+		(cd "$d" && go vet ./... && go test -count=1 ./... >"$d/run.log" 2>&1) ||
+			{ sed 's/^/    /' "$d/run.log"; echo "    $label: test against its embedded etcd failed"; status=1; }
+	else
+		start_server "$4"
+		(cd "$d" && go vet ./... && go build -o svc . && ./svc >"$d/run.log" 2>&1) ||
+			{ sed 's/^/    /' "$d/run.log"; echo "    $label: run against etcd $4 failed"; status=1; }
+		stop_server
+	fi
+}
+
+# floor lists the library's requirements that a service may be raised to
+# (read from go.mod: listing the module graph would write go.sum).
+floor=$work/floor
+sed -n 's/^[[:space:]]*\([^ ]*\) \(v[^ ]*\).*/\1 \2/p' "$lib/go.mod" >"$floor"
+
 status=0
-printf '%-14s %-8s %7s %7s %6s %6s  %s\n' service etcd before after added budget "added modules"
+printf '%-22s %-8s %7s %7s %6s %6s  %s\n' "service/flow" etcd before after added budget "added modules"
 for line in "${services[@]}"; do
 	read -r name ver goline embed srv budget <<<"$line"
 	[[ $name =~ ${CONSUMERS:-.} ]] || continue
-	d=$work/$name
-	mkdir -p "$d"
-	(
-		cd "$d"
-		printf 'module example.com/%s\n\ngo %s\n' "$name" "$goline" >go.mod
-		write_service "$d" "$embed"
-		go get "go.etcd.io/etcd/client/v3@$ver" >/dev/null 2>&1
-		[ "$embed" = no ] || go get "go.etcd.io/etcd/server/v3@$ver" >/dev/null 2>&1
-		go mod tidy >/dev/null 2>&1
-		go list -m all | sort >before.txt
-		pinned >before.pinned
-		others >before.others
-		sed -i 's#"go.etcd.io/etcd/client/v3/concurrency"#"github.com/seed-a9d410c6/concurrency"#' main.go
-		go mod edit -replace "github.com/seed-a9d410c6/concurrency=$lib"
-		go mod tidy >tidy.log 2>&1 || { cat tidy.log; exit 1; }
-		go list -m all | sort >after.txt
-		pinned >after.pinned
-		others >after.others
-	) || { echo "$name: tidy failed"; status=1; continue; }
-	before=$(wc -l <"$d/before.txt")
-	after=$(wc -l <"$d/after.txt")
-	added=$(comm -13 <(cut -d' ' -f1 "$d/before.txt") <(cut -d' ' -f1 "$d/after.txt") | tr '\n' ' ')
-	printf '%-14s %-8s %7d %7d %6d %6d  %s\n' "$name" "$ver" "$before" "$after" $((after - before)) "$budget" "$added"
-	if ! diff "$d/before.pinned" "$d/after.pinned" >/dev/null; then
-		diff "$d/before.pinned" "$d/after.pinned" | sed 's/^/    /' || true
-		echo "    $name: etcd or gRPC moved"
-		status=1
-	fi
-	if ! diff "$d/before.others" "$d/after.others" >/dev/null; then
-		diff "$d/before.others" "$d/after.others" | grep '^[<>]' | sed 's/^/    (info) /' || true
-	fi
-	if [ $((after - before)) -gt "$budget" ]; then
-		echo "    $name: $((after - before)) modules added, budget $budget"
-		status=1
-	fi
-	if [ "$embed" = yes ]; then
-		(cd "$d" && go vet ./... && go test -count=1 ./... >"$d/run.log" 2>&1) ||
-			{ cat "$d/run.log"; echo "    $name: test against its embedded etcd failed"; status=1; }
-	else
-		start_server "$srv"
-		(cd "$d" && go vet ./... && go build -o svc . && ./svc >"$d/run.log" 2>&1) ||
-			{ cat "$d/run.log"; echo "    $name: run against etcd $srv failed"; status=1; }
-		stop_server
-	fi
+	# The reference: the service on etcd's package, pinned and tidied.
+	ref=$work/$name
+	new_module "$ref" "$name" "$goline"
+	write_service "$ref" "$embed"
+	pin "$ref" "$ver" "$embed"
+	tidy "$ref" || { echo "$name: the reference on etcd's package does not tidy"; status=1; continue; }
+	record "$ref" before
+	flows="a b"
+	[ "$ver" != latest ] || flows="c"
+	[ "$ver" != latest ] || [ "$embed" = yes ] || flows="c c0"
+	for f in $flows; do
+		[[ $f =~ ^(${FLOWS:-.*})$ ]] || continue
+		d=$work/$name-$f
+		case $f in
+		a | c) # a go.mod pinning etcd (a) or the README's install line (c), this library, one tidy
+			new_module "$d" "$name" "$goline"
+			write_service "$d" "$embed"
+			use_library "$d"
+			pin "$d" "$ver" "$embed" ;;
+		b) # the tidy service swaps its import
+			cp -r "$ref" "$d"
+			rm -f "$d"/before.* "$d/tidy.log"
+			use_library "$d" ;;
+		c0) # a new service, this library, nothing but go mod tidy
+			new_module "$d" "$name" "$goline"
+			write_service "$d" "$embed"
+			use_library "$d" ;;
+		esac
+		tidy "$d" || { echo "$name/$f: tidy failed"; status=1; continue; }
+		record "$d" after
+		if [ "$f" = c0 ]; then
+			grpc=$(sed -n 's#^google.golang.org/grpc ##p' "$d/after.pinned")
+			printf '%-22s %-8s %7s %7d %6s %6s  gRPC %s\n' "$name/$f" "$(sed -n 's#^go.etcd.io/etcd/client/v3 ##p' "$d/after.pinned")" - "$(wc -l <"$d/after.txt")" - - "$grpc"
+			if [ "$(printf '%s\n%s\n' v1.56.3 "$grpc" | sort -V | head -1)" != v1.56.3 ]; then
+				echo "    $name/$f: gRPC $grpc, older than v1.56.3 (CVE-2023-44487)"
+				status=1
+			fi
+		else
+			compare "$ref" "$d" "$name/$f" "$budget"
+		fi
+		[ "${RUN:-yes}" = no ] || exercise "$d" "$name/$f" "$embed" "$srv"
+	done
 done
 exit $status

@@ -14,6 +14,13 @@ v=$1
 case "$v" in v*) ;; *) v=v$v ;; esac
 cache=${ETCD_COMPAT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/concurrency-compat}
 bin=$cache/etcd-$v/etcd
+# One build of a version at a time (go test ./... runs the root's and
+# recipes' tests at once, each asking for the server): the second waits,
+# then finds the first's binary.
+if [ -z "${BUILD_ETCD_LOCKED:-}" ] && command -v flock >/dev/null 2>&1; then
+	mkdir -p "$cache"
+	BUILD_ETCD_LOCKED=1 exec flock "$cache/etcd-$v.lock" sh "$0" "$v"
+fi
 if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "^etcd Version: ${v#v}\$"; then
 	echo "$bin"
 	exit 0
@@ -26,7 +33,9 @@ mkdir -p "$cache/etcd-$v"
 	export GOWORK=off GOFLAGS=-mod=mod
 	go mod init etcdbuild >/dev/null 2>&1
 	go get "go.etcd.io/etcd/server/v3@$v" >/dev/null 2>&1 || go get "go.etcd.io/etcd/server/v3@$v" >&2
-	go build -trimpath -o "$bin.tmp" go.etcd.io/etcd/server/v3 >&2
+	go build -trimpath -o "$bin.$$" go.etcd.io/etcd/server/v3 >&2
 )
-mv "$bin.tmp" "$bin"
+# Two builds of one version at once (go test ./... runs packages in
+# parallel) each rename their own file into place.
+mv "$bin.$$" "$bin"
 echo "$bin"

@@ -31,15 +31,45 @@ if found; then
 	exit 0
 fi
 
+if ! command -v apt-get >/dev/null 2>&1; then
+	cat >&2 <<'MSG'
+faults/setup.sh: missing the etcd 3.4 server that the fault and compatibility
+tests run against (the oldest server supported), and this machine has no
+apt-get to install Debian's etcd-server package. Provide one: download an
+etcd v3.4.x release (https://github.com/etcd-io/etcd/releases, the
+etcd-v3.4.*-linux-amd64.tar.gz archive) and run
+	FAULTS_OLD_ETCD=/path/to/etcd sh test.sh
+MSG
+	exit 1
+fi
+
 SUDO=
 if [ "$(id -u)" != 0 ]; then
 	SUDO=sudo
 fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update
-# The package's post-install script may try to start a service; there is
-# no init system in CI containers, and the tests start their own servers.
-$SUDO apt-get install -y --no-install-recommends etcd-server
+# Debian's package starts an etcd service on 127.0.0.1:2379 after
+# installing (and enables it at boot) where an init system runs. The tests
+# start their own servers and need only the binary, so the install leaves
+# no service running that the user did not ask for: a policy-rc.d that
+# refuses every start is in place during the install (unless the machine
+# has its own), and where systemd runs the unit is stopped and disabled
+# afterwards.
+policy=/usr/sbin/policy-rc.d
+ours=
+if [ ! -e "$policy" ]; then
+	printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+	$SUDO chmod 755 "$policy"
+	ours=1
+fi
+status=0
+$SUDO apt-get install -y --no-install-recommends etcd-server || status=$?
+[ -z "$ours" ] || $SUDO rm -f "$policy"
+[ "$status" = 0 ] || exit "$status"
+if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+	$SUDO systemctl disable --now etcd.service >/dev/null 2>&1 || true
+fi
 found || {
 	echo "faults/setup.sh: etcd-server installed but no etcd binary found" >&2
 	exit 1

@@ -13,8 +13,8 @@ import (
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
 )
 
-// TestMain shares one 3-member in-process cluster among the tests and
-// examples of this package.
+// TestMain shares one 3-member in-process cluster among the tests of this
+// package (the recipes' examples are beside the code, in recipes/).
 func TestMain(m *testing.M) { etcdtest.Main(m) }
 
 // sharedClient returns a new client of the shared cluster.

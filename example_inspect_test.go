@@ -36,7 +36,8 @@ func ExampleInspect() {
 	defer stop() // the third waits until then
 	for range 3 {
 		m := concurrency.NewSemaphore(s, "/example/inspect", 2)
-		wg.Go(func() { m.Acquire(wctx) })
+		wg.Add(1)
+		go func() { defer wg.Done(); m.Acquire(wctx) }()
 	}
 
 	// Inspect reads, and changes nothing: poll until the three keys are in.

@@ -44,7 +44,7 @@ func ExampleElection_Campaign() {
 	tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	err = e2.Campaign(tctx, "e2")
 	cancel()
-	fmt.Println("e2 while e1 leads:", err)
+	fmt.Println("e2 waits while e1 leads:", errors.Is(err, context.DeadlineExceeded))
 
 	elected := make(chan error, 1)
 	go func() { elected <- e2.Campaign(ctx, "e2") }()
@@ -70,7 +70,7 @@ func ExampleElection_Campaign() {
 
 	// Output:
 	// elected e1
-	// e2 while e1 leads: context deadline exceeded
+	// e2 waits while e1 leads: true
 	// elected e2
 	// newer token: true
 }
