@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -62,8 +65,14 @@ func waitEvents(ctx context.Context, c *clientv3.Client, key string, rev int64, 
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		wc := c.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithRev(rev)}, opts...)...)
+		wc, cancel, g, ok := openWatch(ctx, c, key, append([]clientv3.OpOption{clientv3.WithRev(rev)}, opts...)...)
+		if !ok {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			continue // on a new stream
+		}
+		wctx := wc.ctx
 		var werr error
 		// A stream that says nothing for recheckInterval is asked for
 		// progress; if it says nothing for readTimeout more, it is taken
@@ -73,7 +82,7 @@ func waitEvents(ctx context.Context, c *clientv3.Client, key string, rev int64, 
 	watch:
 		for {
 			select {
-			case wr, ok := <-wc:
+			case wr, ok := <-wc.ch:
 				if !ok {
 					break watch
 				}
@@ -99,6 +108,7 @@ func waitEvents(ctx context.Context, c *clientv3.Client, key string, rev int64, 
 				}
 			case <-quiet.C:
 				if asked {
+					streamGen.CompareAndSwap(g, g+1) // silent: watch on a new stream
 					break watch
 				}
 				asked = true
@@ -209,9 +219,15 @@ func await(ctx context.Context, c *clientv3.Client, key string, wake func(*clien
 // was written in between is read instead; events at or before seen (a
 // member that lags replays them) are skipped.
 func watchFrom(ctx context.Context, c *clientv3.Client, key string, seen int64, wake func(*clientv3.Event) bool, read probe, opts []clientv3.OpOption) (bool, error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	w, cancel, _, ok := openWatch(ctx, c, key, append([]clientv3.OpOption{clientv3.WithCreatedNotify()}, opts...)...)
+	if !ok {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		return false, nil // await reads, and watches again on a new stream
+	}
 	defer cancel()
-	wc := c.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithCreatedNotify()}, opts...)...)
+	wc := w.ch
 	tick := time.NewTicker(recheckInterval)
 	defer tick.Stop()
 	reread := func() (bool, error) {
@@ -270,6 +286,40 @@ func watchFrom(ctx context.Context, c *clientv3.Client, key string, seen int64, 
 // its start revision, so a watch from a revision not yet written goes
 // unanswered and is resumed anew every recheckInterval+readTimeout, which
 // costs one watch request.
+// streamGen numbers the gRPC stream that carries the recipes' watches
+// (clientv3 puts every watch whose context has the same metadata on one
+// stream, and keeps it, dead or not, while one of them lives): a watch
+// that finds its stream silent moves it on, so that the next go on a new
+// stream, which the balancer may place on another connection.
+var streamGen atomic.Int64
+
+// recipeWatch is an open watch and the context it runs on.
+type recipeWatch struct {
+	ch  clientv3.WatchChan
+	ctx context.Context
+}
+
+// openWatch opens a watch of key on the current stream, requiring a
+// leader. clientv3's Watch returns only once etcd has created the watch,
+// on a silent stream never: openWatch waits readTimeout at most, and
+// then moves the stream on and reports false. It returns what ends the
+// watch and the stream's number.
+func openWatch(ctx context.Context, c *clientv3.Client, key string, opts ...clientv3.OpOption) (recipeWatch, context.CancelFunc, int64, bool) {
+	g := streamGen.Load()
+	wctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "concurrency-recipes-stream", strconv.FormatInt(g, 10))
+	wctx, cancel := context.WithCancel(wctx)
+	t := time.AfterFunc(readTimeout, cancel)
+	ch := c.Watch(wctx, key, opts...)
+	if t.Stop() && wctx.Err() == nil {
+		return recipeWatch{ch: ch, ctx: wctx}, cancel, g, true
+	}
+	cancel()
+	if ctx.Err() == nil {
+		streamGen.CompareAndSwap(g, g+1)
+	}
+	return recipeWatch{}, nil, g, false
+}
+
 func askProgress(wctx context.Context, c *clientv3.Client) {
 	pctx, cancel := context.WithTimeout(wctx, readTimeout)
 	defer cancel()
