@@ -419,3 +419,77 @@ func isClosed(c chan struct{}) bool {
 		return false
 	}
 }
+
+// Replace replaces member i with a new, empty member at the same URLs, as
+// an operator replaces a failed machine: it removes the member from the
+// cluster through cli (which must reach the others), kills its process,
+// deletes its data directory, adds a new member with the same peer URL,
+// and starts it, named after the old one with a suffix, to join the
+// cluster as it is. It returns once the new process is started, not once
+// it serves (see WaitHealthy). The cluster has one member fewer while it
+// runs; the caller must not use member i meanwhile.
+func (c *Cluster) Replace(ctx context.Context, cli *clientv3.Client, i int) error {
+	m := c.Members[i]
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	st, err := cli.Status(sctx, m.ClientURL)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcdproc: status of %s: %w", m.Name, err)
+	}
+	old := st.Header.MemberId
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = cli.MemberRemove(rctx, old)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcdproc: remove %s (%x): %w", m.Name, old, err)
+	}
+	m.Kill()
+	if err := os.RemoveAll(m.DataDir); err != nil {
+		return err
+	}
+	// A removed member's peer URL may be added again once it is gone from
+	// the membership; etcd refuses the add while the removal is not yet
+	// applied everywhere, so try for a while.
+	var added *clientv3.MemberAddResponse
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		added, err = cli.MemberAdd(actx, []string{m.PeerURL})
+		cancel()
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("etcdproc: add a member at %s: %w", m.PeerURL, err)
+	}
+	base, _, _ := strings.Cut(m.Name, "r")
+	name := fmt.Sprintf("%sr%x", base, added.Member.ID&0xffff)
+	var initial []string
+	for _, am := range added.Members {
+		n := am.Name
+		if am.ID == added.Member.ID {
+			n = name
+		}
+		for _, u := range am.PeerURLs {
+			initial = append(initial, n+"="+u)
+		}
+	}
+	m.mu.Lock()
+	m.Name = name
+	m.DataDir = filepath.Join(c.cfg.Dir, name+".etcd")
+	m.args = append([]string{
+		"--name", name,
+		"--data-dir", m.DataDir,
+		"--listen-client-urls", m.ClientURL,
+		"--advertise-client-urls", m.ClientURL,
+		"--listen-peer-urls", m.PeerURL,
+		"--initial-advertise-peer-urls", m.PeerURL,
+		"--initial-cluster", strings.Join(initial, ","),
+		"--initial-cluster-state", "existing",
+		"--logger", "zap",
+		"--log-level", "warn",
+	}, c.cfg.Args...)
+	m.mu.Unlock()
+	return m.start()
+}
