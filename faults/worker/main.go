@@ -45,6 +45,8 @@ var (
 	duration  = flag.Duration("duration", 30*time.Second, "how long to run")
 	grace     = flag.Duration("grace", 30*time.Second, "how long calls may take to return after the run")
 	work      = flag.Duration("work", 10*time.Millisecond, "time a holder spends between its read and its write")
+	holdFor   = flag.Duration("hold", 15*time.Second, "how long a holder of the hold workload keeps its lock when its Ctx does not end")
+	keepalive = flag.Bool("keepalive", true, "dial with a gRPC keepalive of 1 s; false: clientv3's default configuration, with none")
 	store     = flag.String("store", "", "unix socket of the external store")
 	out       = flag.String("out", "", "history file to write")
 )
@@ -91,13 +93,18 @@ func run() int {
 	h := hc.NewWriter(f)
 	defer h.Flush()
 
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:            strings.Split(*endpoints, ","),
-		DialTimeout:          2 * time.Second,
-		DialKeepAliveTime:    time.Second,
-		DialKeepAliveTimeout: time.Second,
-		Logger:               zap.NewNop(),
-	})
+	// A client with a gRPC keepalive notices a silent connection by itself;
+	// one with clientv3's default configuration (-keepalive=false) does
+	// not, and relies on the library's own bounds (issue 27).
+	cfg := clientv3.Config{
+		Endpoints:   strings.Split(*endpoints, ","),
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(),
+	}
+	if *keepalive {
+		cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout = time.Second, time.Second
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -247,6 +254,8 @@ func (c *client) loop() {
 			err = c.rwmutex(s)
 		case "cancel":
 			err = c.cancelled(s)
+		case "hold":
+			err = c.hold(s)
 		default:
 			err = c.lock(s)
 		}
@@ -317,6 +326,36 @@ func (c *client) cancelled(s *concurrency.Session) error {
 	c.rec(hc.Op{Type: hc.OK, F: hc.FLock, Lease: int64(s.Lease()), Key: m.Key(), Token: token, Rev: m.Header().Revision})
 	c.seq++
 	c.incrementAt(cancelCounter(), cancelOpKey, fmt.Sprintf("%s.%d", c.name, c.seq), token, m.Txn)
+	return c.release(hc.FUnlock, token, m.Unlock)
+}
+
+// hold runs one round of the hold workload: Lock, then keep the lock
+// until the hold's Ctx ends or -hold passes, and Unlock. It records when
+// and why the hold ended (FHeld: ok with the Ctx's cause when the Ctx
+// ended, info when the time ran out with the Ctx still live), so that the
+// checker can tell how long a hold outlived a key deleted from outside.
+func (c *client) hold(s *concurrency.Session) error {
+	m := concurrency.NewMutex(s, lockName(c.wl))
+	ctx, cancel := context.WithTimeout(c.run, lockTimeout)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FLock, Lease: int64(s.Lease())})
+	err := m.Lock(ctx)
+	cancel()
+	if err != nil {
+		c.rec(hc.Op{Type: hc.Fail, F: hc.FLock, Err: errText(err)})
+		return err
+	}
+	token := m.Token()
+	c.rec(hc.Op{Type: hc.OK, F: hc.FLock, Lease: int64(s.Lease()), Key: m.Key(), Token: token, Rev: m.Header().Revision})
+	t := time.NewTimer(*holdFor)
+	select {
+	case <-m.Ctx().Done():
+		c.rec(hc.Op{Type: hc.OK, F: hc.FHeld, Key: m.Key(), Token: token, Err: errText(context.Cause(m.Ctx()))})
+	case <-t.C:
+		c.rec(hc.Op{Type: hc.Info, F: hc.FHeld, Key: m.Key(), Token: token, Err: "held for " + holdFor.String()})
+	case <-c.run.Done():
+		c.rec(hc.Op{Type: hc.Info, F: hc.FHeld, Key: m.Key(), Token: token, Err: "the run ended"})
+	}
+	t.Stop()
 	return c.release(hc.FUnlock, token, m.Unlock)
 }
 

@@ -40,6 +40,7 @@ const (
 	FCampaign = "campaign" // Election.Campaign; on ok, Key, Token (Election.Rev) and Rev
 	FResign   = "resign"   // Election.Resign
 	FLeader   = "leader"   // Election.Leader; on ok, Key and Token of the leader, Rev of the read
+	FHeld     = "held"     // the end of a hold of the hold workload: ok when its Ctx ended (Err: the cause), info when it gave up
 	FSlot     = "slot"     // claim of a permit slot (semaphore workload); on ok, Value is the slot
 	FStuck    = "stuck"    // a client did not return in time after the run ended
 	FLeak     = "leak"     // goroutines of the library were left after everything closed
