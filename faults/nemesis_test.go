@@ -115,13 +115,9 @@ func halfOpen(ctx context.Context, r *run, round int) (string, error) {
 // one at its address, while locks are held and waited, as an operator
 // replaces a machine: the leader and a follower in turn.
 func replaceMember(ctx context.Context, r *run, round int) (string, error) {
-	l, err := r.leader(ctx)
+	i, l, err := r.inTurn(ctx, round)
 	if err != nil {
 		return "", err
-	}
-	i := l
-	if round%2 == 1 {
-		i = (l + 1) % len(r.clus.Members)
 	}
 	old := r.clus.Members[i].Name
 	if err := r.clus.Replace(ctx, r.ctl, i); err != nil {
@@ -289,19 +285,28 @@ func killMember(leader bool) func(context.Context, *run, int) (string, error) {
 // enough for the others to elect a new leader while the old one, frozen,
 // still believes it leads.
 func pauseMember(ctx context.Context, r *run, round int) (string, error) {
-	l, err := r.leader(ctx)
+	i, l, err := r.inTurn(ctx, round)
 	if err != nil {
 		return "", err
-	}
-	i := l
-	if round%2 == 1 {
-		i = (l + 1) % len(r.clus.Members)
 	}
 	m := r.clus.Members[i]
 	m.Pause()
 	hold(ctx, 3*time.Second)
 	m.Resume()
 	return fmt.Sprintf("%s (leader %v)", m.Name, i == l), nil
+}
+
+// inTurn returns the member a fault of round aims at, the leader in even
+// rounds and a follower in odd ones, and the leader.
+func (r *run) inTurn(ctx context.Context, round int) (i, leader int, err error) {
+	l, err := r.leader(ctx)
+	if err != nil {
+		return -1, -1, err
+	}
+	if round%2 == 1 {
+		return (l + 1) % len(r.clus.Members), l, nil
+	}
+	return l, l, nil
 }
 
 // proxyFault cuts one client process off from every member: a holder's

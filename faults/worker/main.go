@@ -287,16 +287,10 @@ const (
 // writes must be kept safe by the guard (Txn) or the fence alone.
 func (c *client) lock(s *concurrency.Session) error {
 	m := concurrency.NewMutex(s, lockName(c.wl))
-	ctx, cancel := context.WithTimeout(c.run, lockTimeout)
-	c.rec(hc.Op{Type: hc.Invoke, F: hc.FLock, Lease: int64(s.Lease())})
-	err := m.Lock(ctx)
-	cancel()
+	token, err := c.acquire(s, m)
 	if err != nil {
-		c.rec(hc.Op{Type: hc.Fail, F: hc.FLock, Err: errText(err)})
 		return err
 	}
-	token := m.Token()
-	c.rec(hc.Op{Type: hc.OK, F: hc.FLock, Lease: int64(s.Lease()), Key: m.Key(), Token: token, Rev: m.Header().Revision})
 
 	switch c.wl {
 	case "txn":
@@ -308,6 +302,22 @@ func (c *client) lock(s *concurrency.Session) error {
 	}
 
 	return c.release(hc.FUnlock, token, m.Unlock)
+}
+
+// acquire locks m, waiting at most lockTimeout, and records the call;
+// it returns the hold's token.
+func (c *client) acquire(s *concurrency.Session, m *concurrency.Mutex) (int64, error) {
+	ctx, cancel := context.WithTimeout(c.run, lockTimeout)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FLock, Lease: int64(s.Lease())})
+	err := m.Lock(ctx)
+	cancel()
+	if err != nil {
+		c.rec(hc.Op{Type: hc.Fail, F: hc.FLock, Err: errText(err)})
+		return 0, err
+	}
+	token := m.Token()
+	c.rec(hc.Op{Type: hc.OK, F: hc.FLock, Lease: int64(s.Lease()), Key: m.Key(), Token: token, Rev: m.Header().Revision})
+	return token, nil
 }
 
 // cancelled runs one round of the cancel workload: every other Lock has a
@@ -348,16 +358,10 @@ func (c *client) cancelled(s *concurrency.Session) error {
 // checker can tell how long a hold outlived a key deleted from outside.
 func (c *client) hold(s *concurrency.Session) error {
 	m := concurrency.NewMutex(s, lockName(c.wl))
-	ctx, cancel := context.WithTimeout(c.run, lockTimeout)
-	c.rec(hc.Op{Type: hc.Invoke, F: hc.FLock, Lease: int64(s.Lease())})
-	err := m.Lock(ctx)
-	cancel()
+	token, err := c.acquire(s, m)
 	if err != nil {
-		c.rec(hc.Op{Type: hc.Fail, F: hc.FLock, Err: errText(err)})
 		return err
 	}
-	token := m.Token()
-	c.rec(hc.Op{Type: hc.OK, F: hc.FLock, Lease: int64(s.Lease()), Key: m.Key(), Token: token, Rev: m.Header().Revision})
 	t := time.NewTimer(*holdFor)
 	select {
 	case <-m.Ctx().Done():

@@ -119,19 +119,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	for _, m := range c.Members {
 		m.binary = cfg.Binary
-		m.args = append([]string{
-			"--name", m.Name,
-			"--data-dir", m.DataDir,
-			"--listen-client-urls", m.ClientURL,
-			"--advertise-client-urls", m.ClientURL,
-			"--listen-peer-urls", m.PeerURL,
-			"--initial-advertise-peer-urls", m.PeerURL,
-			"--initial-cluster", strings.Join(initial, ","),
-			"--initial-cluster-state", "new",
-			"--initial-cluster-token", "etcdproc-" + filepath.Base(cfg.Dir),
-			"--logger", "zap",
-			"--log-level", "warn",
-		}, cfg.Args...)
+		m.args = append(m.flags(initial, "new"), "--initial-cluster-token", "etcdproc-"+filepath.Base(cfg.Dir))
+		m.args = append(m.args, cfg.Args...)
 		if err := m.start(); err != nil {
 			c.Close()
 			return nil, err
@@ -159,6 +148,24 @@ func (c *Cluster) Endpoints() []string {
 func (c *Cluster) Close() {
 	for _, m := range c.Members {
 		m.Kill()
+	}
+}
+
+// flags are the member's server flags for its name, directory and URLs,
+// in a cluster of the initial members (name=peer URL) in state ("new" or
+// "existing").
+func (m *Member) flags(initial []string, state string) []string {
+	return []string{
+		"--name", m.Name,
+		"--data-dir", m.DataDir,
+		"--listen-client-urls", m.ClientURL,
+		"--advertise-client-urls", m.ClientURL,
+		"--listen-peer-urls", m.PeerURL,
+		"--initial-advertise-peer-urls", m.PeerURL,
+		"--initial-cluster", strings.Join(initial, ","),
+		"--initial-cluster-state", state,
+		"--logger", "zap",
+		"--log-level", "warn",
 	}
 }
 
@@ -478,18 +485,7 @@ func (c *Cluster) Replace(ctx context.Context, cli *clientv3.Client, i int) erro
 	m.mu.Lock()
 	m.Name = name
 	m.DataDir = filepath.Join(c.cfg.Dir, name+".etcd")
-	m.args = append([]string{
-		"--name", name,
-		"--data-dir", m.DataDir,
-		"--listen-client-urls", m.ClientURL,
-		"--advertise-client-urls", m.ClientURL,
-		"--listen-peer-urls", m.PeerURL,
-		"--initial-advertise-peer-urls", m.PeerURL,
-		"--initial-cluster", strings.Join(initial, ","),
-		"--initial-cluster-state", "existing",
-		"--logger", "zap",
-		"--log-level", "warn",
-	}, c.cfg.Args...)
+	m.args = append(m.flags(initial, "existing"), c.cfg.Args...)
 	m.mu.Unlock()
 	return m.start()
 }
