@@ -120,7 +120,7 @@ func replaceMember(ctx context.Context, r *run, round int) (string, error) {
 		return "", err
 	}
 	old := r.clus.Members[i].Name
-	if err := r.clus.Replace(ctx, r.ctl, i); err != nil {
+	if err := r.clus.Replace(ctx, i); err != nil {
 		return old, err
 	}
 	return fmt.Sprintf("%s (leader %v) replaced by %s", old, i == l, r.clus.Members[i].Name), nil

@@ -151,6 +151,23 @@ func (c *Cluster) Close() {
 	}
 }
 
+// isMember reports whether the cluster lists member id; on an error it
+// says yes, so that the caller tries again.
+func (c *Cluster) isMember(ctx context.Context, cli *clientv3.Client, id uint64) bool {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := cli.MemberList(lctx)
+	if err != nil {
+		return true
+	}
+	for _, mm := range resp.Members {
+		if mm.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
 // flags are the member's server flags for its name, directory and URLs,
 // in a cluster of the initial members (name=peer URL) in state ("new" or
 // "existing").
@@ -429,14 +446,27 @@ func isClosed(c chan struct{}) bool {
 
 // Replace replaces member i with a new, empty member at the same URLs, as
 // an operator replaces a failed machine: it removes the member from the
-// cluster through cli (which must reach the others), kills its process,
-// deletes its data directory, adds a new member with the same peer URL,
-// and starts it, named after the old one with a suffix, to join the
-// cluster as it is. It returns once the new process is started, not once
-// it serves (see WaitHealthy). The cluster has one member fewer while it
-// runs; the caller must not use member i meanwhile.
-func (c *Cluster) Replace(ctx context.Context, cli *clientv3.Client, i int) error {
+// cluster, kills its process, deletes its data directory, adds a new
+// member with the same peer URL, and starts it, named after the old one
+// with a suffix, to join the cluster as it is. It talks to the cluster
+// through the other members. It returns once the new process is started,
+// not once it serves (see WaitHealthy). The cluster has one member fewer
+// while it runs; the caller must not use member i meanwhile.
+func (c *Cluster) Replace(ctx context.Context, i int) error {
 	m := c.Members[i]
+	// The requests go to the other members: the one removed stops as soon
+	// as it applies its removal, and may not answer.
+	var others []string
+	for j, o := range c.Members {
+		if j != i {
+			others = append(others, o.ClientURL)
+		}
+	}
+	cli, err := c.Client(others...)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	st, err := cli.Status(sctx, m.ClientURL)
 	cancel()
@@ -444,9 +474,20 @@ func (c *Cluster) Replace(ctx context.Context, cli *clientv3.Client, i int) erro
 		return fmt.Errorf("etcdproc: status of %s: %w", m.Name, err)
 	}
 	old := st.Header.MemberId
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	_, err = cli.MemberRemove(rctx, old)
-	cancel()
+	// A removal whose reply is lost (a leader change) may have been
+	// applied: the membership decides.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = cli.MemberRemove(rctx, old)
+		cancel()
+		if err != nil && !c.isMember(ctx, cli, old) {
+			err = nil
+		}
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if err != nil {
 		return fmt.Errorf("etcdproc: remove %s (%x): %w", m.Name, old, err)
 	}
