@@ -24,6 +24,7 @@ var (
 	flagClients  = flag.Int("faults.clients", 2, "clients per workload in each client process")
 	flagTTL      = flag.Int("faults.ttl", 3, "session TTL in seconds")
 	flagReport   = flag.String("faults.report", "", "append the summary of each run to this file")
+	flagOnly     = flag.String("faults.only", "", "TestFaults injects only the fault kinds whose names contain this text (to study one kind; the default run injects them all)")
 	flagOldEtcd  = flag.String("faults.oldetcd", "", "etcd 3.4 binary for TestOldServer (default: $FAULTS_OLD_ETCD, /usr/bin/etcd, etcd on PATH)")
 )
 
@@ -86,8 +87,11 @@ func TestFaults(t *testing.T) {
 		procs:     *flagProcs,
 		clients:   *flagClients,
 		ttl:       *flagTTL,
-		workloads: []string{"txn", "fence", "unguarded", "election", "lead", "semaphore", "rwmutex", "cancel"},
+		workloads: []string{"txn", "fence", "unguarded", "election", "lead", "semaphore", "rwmutex", "cancel", "hold", "queue", "pqueue", "barrier", "dbarrier", "latch"},
 		faults:    allFaults,
+	}
+	if *flagOnly != "" {
+		cfg.faults = slices.DeleteFunc(slices.Clone(allFaults), func(f fault) bool { return !strings.Contains(f.name, *flagOnly) })
 	}
 	res := runWith(t, pfx, cfg)
 	for _, f := range cfg.faults {
@@ -97,10 +101,23 @@ func TestFaults(t *testing.T) {
 	}
 	for _, wl := range cfg.workloads {
 		f := "lock"
-		if wl == "election" || wl == "lead" {
+		switch {
+		case wl == "election" || wl == "lead":
 			f = "campaign"
+		case queueWorkload(wl):
+			f = "dequeue"
+		case wl == "barrier":
+			f = "bwait"
+		case wl == "dbarrier":
+			f = "dbenter"
+		case wl == "latch":
+			f = "lwait"
 		}
-		if n := res.ops[wl+": "+f+" ok"]; n < 10 {
+		want := 10
+		if wl == "hold" {
+			want = 3 // each hold lasts until its key is deleted or -hold (20 s)
+		}
+		if n := res.ops[wl+": "+f+" ok"]; n < want {
 			t.Errorf("workload %s: only %d acquisitions in %v", wl, n, res.elapsed)
 		}
 	}

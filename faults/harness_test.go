@@ -46,6 +46,9 @@ type run struct {
 	workers []*workerProc
 	store   *store
 	watch   *watch
+
+	mu     sync.Mutex              // guards forced
+	forced map[forcedKey]time.Time // hold keys a fault deleted, and when the delete returned
 }
 
 // result is what a run measured.
@@ -57,11 +60,12 @@ type result struct {
 	injected []injection
 	report   *hc.Report
 	version  string
+	live     liveStats
 }
 
 func startRun(t *testing.T, pfx string, cfg runConfig) *run {
 	t.Helper()
-	r := &run{t: t, cfg: cfg, dir: t.TempDir(), pfx: pfx}
+	r := &run{t: t, cfg: cfg, dir: t.TempDir(), pfx: pfx, forced: map[forcedKey]time.Time{}}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	clus, err := etcdproc.Start(ctx, etcdproc.Config{Binary: cfg.etcd, Dir: r.dir, Args: cfg.etcdArgs})
@@ -137,6 +141,7 @@ func (r *run) startWorker(p int) *workerProc {
 		"-grace", workerGrace.String(),
 		"-store", filepath.Join(r.dir, "store.sock"),
 		"-out", w.history,
+		fmt.Sprintf("-keepalive=%v", !defaultConfig(p)),
 	)
 	w.cmd.Stdout, w.cmd.Stderr = logf, logf
 	w.cmd.SysProcAttr = etcdproc.ProcAttr()
@@ -154,6 +159,12 @@ func (r *run) startWorker(p int) *workerProc {
 	})
 	return w
 }
+
+// defaultConfig reports whether worker process p dials with clientv3's
+// default configuration, without gRPC keepalive, as most programs do: the
+// even ones. A keepalive would notice a silent connection by itself and
+// hide what the half-open fault tests (issue 27).
+func defaultConfig(p int) bool { return p%2 == 0 }
 
 // workerGrace is how long a worker's calls may take to return after its
 // run ends: longer than any Lock timeout and cleanup the worker uses.
@@ -206,10 +217,11 @@ func (r *run) waitWorkers(d time.Duration) []string {
 // watch records every change under the lock prefixes from the start of
 // the run, through faults, as the ground truth of who held what when.
 type watch struct {
-	mu        sync.Mutex // guards events, rev, lastEvent, err
+	mu        sync.Mutex // guards events, at, rev, lastEvent, err
 	events    map[string][]hc.KeyEvent
-	rev       int64 // the watch has delivered everything up to rev
-	lastEvent int64 // revision of the last event delivered
+	at        map[int64]time.Time // when the watch delivered each revision's events
+	rev       int64               // the watch has delivered everything up to rev
+	lastEvent int64               // revision of the last event delivered
 	err       error
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -217,7 +229,7 @@ type watch struct {
 
 func startWatch(t *testing.T, cli *clientv3.Client, pfx string, from int64) *watch {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &watch{events: map[string][]hc.KeyEvent{}, cancel: cancel, done: make(chan struct{}), rev: from - 1}
+	w := &watch{events: map[string][]hc.KeyEvent{}, at: map[int64]time.Time{}, cancel: cancel, done: make(chan struct{}), rev: from - 1}
 	wch := cli.Watch(ctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
 	go func() {
 		defer close(w.done)
@@ -230,7 +242,9 @@ func startWatch(t *testing.T, cli *clientv3.Client, pfx string, from int64) *wat
 				w.mu.Unlock()
 				continue
 			}
+			now := time.Now()
 			for _, ev := range wr.Events {
+				w.at[ev.Kv.ModRevision] = now
 				// A queue is named by the first part of the key under
 				// pfx: an RWMutex's keys are one level deeper (r/, w/).
 				key := string(ev.Kv.Key)
@@ -359,9 +373,23 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 
 	hc.CheckReturned(rep, all, procs)
 	r.watch.mu.Lock()
-	events := r.watch.events
+	events, eventAt := r.watch.events, r.watch.at
 	r.watch.mu.Unlock()
+	res := &result{cfg: r.cfg, ops: countOps(all), faults: nem.counts(), injected: nem.log(), report: rep}
+	r.mu.Lock()
+	forced := r.forced
+	r.mu.Unlock()
+	res.live = checkLiveness(rep, r.cfg, events, eventAt, byWorkload, res.injected, forced, r.pfx+"/lock/")
 	for _, wl := range r.cfg.workloads {
+		if queueWorkload(wl) {
+			checkQueue(rep, wl, byWorkload[wl], r.queueLeft(ctx, wl))
+			continue
+		}
+		if barrierWorkload(wl) {
+			_, in := halfOpenWindows(res.injected, recipesBound)
+			checkBarriers(rep, wl, byWorkload[wl], in, recipesBound)
+			continue
+		}
 		name := r.pfx + "/lock/" + wl
 		tl := hc.NewTimeline(rep, name, events[name])
 		switch wl {
@@ -404,7 +432,8 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 	for _, w := range r.workers {
 		r.t.Logf("worker %d: history %s, log %s", w.p, w.history, w.log)
 	}
-	return &result{cfg: r.cfg, elapsed: elapsed, ops: countOps(all), faults: nem.counts(), injected: nem.log(), report: rep, version: r.version(ctx)}
+	res.elapsed, res.version = elapsed, r.version(ctx)
+	return res
 }
 
 // semLimit and errNoSlot are the semaphore workload's limit and the error
@@ -535,5 +564,9 @@ func (res *result) summary() string {
 	}
 	fmt.Fprintf(&b, "| total | %d |\n\n", total)
 	b.WriteString(res.report.Table())
+	if l := res.live; l.windows > 0 {
+		fmt.Fprintf(&b, "\nHalf-open windows: %d; bound %v; waits on a free lock checked %d, longest %v; holds whose key was deleted checked %d, longest to their Ctx's end %v.\n",
+			l.windows, l.bound, l.waits, l.maxWait.Round(time.Millisecond), l.holds, l.maxHold.Round(time.Millisecond))
+	}
 	return b.String()
 }

@@ -46,6 +46,105 @@ var allFaults = []fault{
 	{"waiter's lease revoked or key deleted", disturbWaiter, secs(1)},
 	{"compaction + defrag with waiters", compactDefrag, secs(4)},
 	{"full cluster restart", restartCluster, secs(12)},
+	{halfOpenFault, halfOpen, halfOpenLength},
+	{"member replaced (removed, new one added)", replaceMember, secs(10)},
+	{"compaction while a client's watches resume", compactResume, secs(5)},
+}
+
+// halfOpenFault is the name of the half-open fault, whose windows the
+// liveness checks use.
+const halfOpenFault = "half-open connection (one member silent to a client without keepalive)"
+
+// halfOpenLength is how long the half-open fault lasts: the longer of the
+// liveness bounds of the core (liveBound) and of the recipes
+// (recipesBound), and twice the TTL more, in which a lock that becomes
+// free, a hold's key that is deleted or a barrier that opens must be
+// noticed within its bound.
+func halfOpenLength(r *run) time.Duration {
+	return max(liveBound(r.cfg.ttl), recipesBound) + time.Duration(2*r.cfg.ttl)*time.Second
+}
+
+// halfOpen makes one connection of a client process silent without a
+// reset, the shape of findings 1 and 2 of issue 27: the process dials
+// with clientv3's default configuration (no gRPC keepalive), and its proxy
+// to one member (a different one each round) blackholes, while its
+// proxies to the others pass, so that its session's renewals go on
+// succeeding through them. The process is the hold workload's holder's
+// when that one dials without keepalive. A second into the fault, the
+// hold workload's holder's key is deleted from outside, as etcdlock
+// force-unlock does: its hold's Ctx must end, and its first waiter be
+// granted, within the bound (see checkLiveness), whichever connection
+// their watches are on.
+func halfOpen(ctx context.Context, r *run, round int) (string, error) {
+	p, who := r.holderProc(ctx, 0, "hold")
+	if !defaultConfig(p) {
+		var ps []int
+		for _, w := range r.workers {
+			if defaultConfig(w.p) {
+				ps = append(ps, w.p)
+			}
+		}
+		p, who = ps[rand.IntN(len(ps))], "a process without keepalive"
+	}
+	i := round % len(r.proxies[p])
+	px := r.proxies[p][i]
+	d := halfOpenLength(r)
+	px.Blackhole()
+	hold(ctx, time.Second)
+	deleted := "no hold holder"
+	if kv := r.holder(ctx, "hold"); kv != nil {
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := r.ctl.Txn(dctx).
+			If(clientv3.Compare(clientv3.CreateRevision(kv.Key), "=", kv.CreateRev)).
+			Then(clientv3.OpDelete(kv.Key)).
+			Commit()
+		cancel()
+		if err == nil && resp.Succeeded {
+			r.mu.Lock()
+			r.forced[forcedKey{kv.Key, kv.CreateRev}] = time.Now()
+			r.mu.Unlock()
+		}
+		deleted = fmt.Sprintf("deleted the hold holder's key %s (%v)", kv.Key, err)
+	}
+	hold(ctx, d-time.Second)
+	px.Heal()
+	return fmt.Sprintf("worker %d (%s), member %s silent for %v; %s", p, who, r.clus.Members[i].Name, d, deleted), nil
+}
+
+// replaceMember removes a member from the cluster and adds a new, empty
+// one at its address, while locks are held and waited, as an operator
+// replaces a machine: the leader and a follower in turn.
+func replaceMember(ctx context.Context, r *run, round int) (string, error) {
+	i, l, err := r.inTurn(ctx, round)
+	if err != nil {
+		return "", err
+	}
+	old := r.clus.Members[i].Name
+	if err := r.clus.Replace(ctx, i); err != nil {
+		return old, err
+	}
+	return fmt.Sprintf("%s (leader %v) replaced by %s", old, i == l, r.clus.Members[i].Name), nil
+}
+
+// compactResume cuts one client process off from every member (its
+// connections reset), compacts the key space while it is cut off, up to
+// what the checker's watch has seen, and lets it reconnect: its watches
+// resume from revisions that may be compacted away.
+func compactResume(ctx context.Context, r *run, round int) (string, error) {
+	p, wl := r.holderProc(ctx, round, "txn")
+	for _, px := range r.proxies[p] {
+		px.Drop()
+	}
+	hold(ctx, time.Second)
+	rev := r.watch.safeCompactRev()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err := r.ctl.Compact(cctx, rev, clientv3.WithCompactPhysical())
+	cancel()
+	hold(ctx, time.Second)
+	for _, px := range r.proxies[p] {
+		px.Heal()
+	}
+	return fmt.Sprintf("worker %d (%s) cut off, compacted to %d (%v)", p, wl, rev, err), nil
 }
 
 // injection is one fault injected.
@@ -186,19 +285,28 @@ func killMember(leader bool) func(context.Context, *run, int) (string, error) {
 // enough for the others to elect a new leader while the old one, frozen,
 // still believes it leads.
 func pauseMember(ctx context.Context, r *run, round int) (string, error) {
-	l, err := r.leader(ctx)
+	i, l, err := r.inTurn(ctx, round)
 	if err != nil {
 		return "", err
-	}
-	i := l
-	if round%2 == 1 {
-		i = (l + 1) % len(r.clus.Members)
 	}
 	m := r.clus.Members[i]
 	m.Pause()
 	hold(ctx, 3*time.Second)
 	m.Resume()
 	return fmt.Sprintf("%s (leader %v)", m.Name, i == l), nil
+}
+
+// inTurn returns the member a fault of round aims at, the leader in even
+// rounds and a follower in odd ones, and the leader.
+func (r *run) inTurn(ctx context.Context, round int) (i, leader int, err error) {
+	l, err := r.leader(ctx)
+	if err != nil {
+		return -1, -1, err
+	}
+	if round%2 == 1 {
+		return (l + 1) % len(r.clus.Members), l, nil
+	}
+	return l, l, nil
 }
 
 // proxyFault cuts one client process off from every member: a holder's
@@ -357,12 +465,13 @@ func (r *run) holder(ctx context.Context, wl string) *mvccKV {
 	if err != nil || len(resp.Kvs) == 0 {
 		return nil
 	}
-	return &mvccKV{Key: string(resp.Kvs[0].Key), Lease: resp.Kvs[0].Lease}
+	return &mvccKV{Key: string(resp.Kvs[0].Key), Lease: resp.Kvs[0].Lease, CreateRev: resp.Kvs[0].CreateRevision}
 }
 
 type mvccKV struct {
-	Key   string
-	Lease int64
+	Key       string
+	Lease     int64
+	CreateRev int64
 }
 
 // rotate returns the workload that round targets: every workload in turn,

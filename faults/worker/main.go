@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/seed-a9d410c6/concurrency"
 	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+	"github.com/seed-a9d410c6/concurrency/recipes"
 )
 
 var (
@@ -45,6 +47,8 @@ var (
 	duration  = flag.Duration("duration", 30*time.Second, "how long to run")
 	grace     = flag.Duration("grace", 30*time.Second, "how long calls may take to return after the run")
 	work      = flag.Duration("work", 10*time.Millisecond, "time a holder spends between its read and its write")
+	holdFor   = flag.Duration("hold", 20*time.Second, "how long a holder of the hold workload keeps its lock when its Ctx does not end")
+	keepalive = flag.Bool("keepalive", true, "dial with a gRPC keepalive of 1 s; false: clientv3's default configuration, with none")
 	store     = flag.String("store", "", "unix socket of the external store")
 	out       = flag.String("out", "", "history file to write")
 )
@@ -91,13 +95,18 @@ func run() int {
 	h := hc.NewWriter(f)
 	defer h.Flush()
 
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:            strings.Split(*endpoints, ","),
-		DialTimeout:          2 * time.Second,
-		DialKeepAliveTime:    time.Second,
-		DialKeepAliveTimeout: time.Second,
-		Logger:               zap.NewNop(),
-	})
+	// A client with a gRPC keepalive notices a silent connection by itself;
+	// one with clientv3's default configuration (-keepalive=false) does
+	// not, and relies on the library's own bounds (issue 27).
+	cfg := clientv3.Config{
+		Endpoints:   strings.Split(*endpoints, ","),
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(),
+	}
+	if *keepalive {
+		cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout = time.Second, time.Second
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -247,6 +256,16 @@ func (c *client) loop() {
 			err = c.rwmutex(s)
 		case "cancel":
 			err = c.cancelled(s)
+		case "hold":
+			err = c.hold(s)
+		case "queue", "pqueue":
+			err = c.queue()
+		case "barrier":
+			err = c.barrier()
+		case "dbarrier":
+			err = c.doubleBarrier(s)
+		case "latch":
+			err = c.latch()
 		default:
 			err = c.lock(s)
 		}
@@ -268,16 +287,10 @@ const (
 // writes must be kept safe by the guard (Txn) or the fence alone.
 func (c *client) lock(s *concurrency.Session) error {
 	m := concurrency.NewMutex(s, lockName(c.wl))
-	ctx, cancel := context.WithTimeout(c.run, lockTimeout)
-	c.rec(hc.Op{Type: hc.Invoke, F: hc.FLock, Lease: int64(s.Lease())})
-	err := m.Lock(ctx)
-	cancel()
+	token, err := c.acquire(s, m)
 	if err != nil {
-		c.rec(hc.Op{Type: hc.Fail, F: hc.FLock, Err: errText(err)})
 		return err
 	}
-	token := m.Token()
-	c.rec(hc.Op{Type: hc.OK, F: hc.FLock, Lease: int64(s.Lease()), Key: m.Key(), Token: token, Rev: m.Header().Revision})
 
 	switch c.wl {
 	case "txn":
@@ -289,6 +302,22 @@ func (c *client) lock(s *concurrency.Session) error {
 	}
 
 	return c.release(hc.FUnlock, token, m.Unlock)
+}
+
+// acquire locks m, waiting at most lockTimeout, and records the call;
+// it returns the hold's token.
+func (c *client) acquire(s *concurrency.Session, m *concurrency.Mutex) (int64, error) {
+	ctx, cancel := context.WithTimeout(c.run, lockTimeout)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FLock, Lease: int64(s.Lease())})
+	err := m.Lock(ctx)
+	cancel()
+	if err != nil {
+		c.rec(hc.Op{Type: hc.Fail, F: hc.FLock, Err: errText(err)})
+		return 0, err
+	}
+	token := m.Token()
+	c.rec(hc.Op{Type: hc.OK, F: hc.FLock, Lease: int64(s.Lease()), Key: m.Key(), Token: token, Rev: m.Header().Revision})
+	return token, nil
 }
 
 // cancelled runs one round of the cancel workload: every other Lock has a
@@ -318,6 +347,246 @@ func (c *client) cancelled(s *concurrency.Session) error {
 	c.seq++
 	c.incrementAt(cancelCounter(), cancelOpKey, fmt.Sprintf("%s.%d", c.name, c.seq), token, m.Txn)
 	return c.release(hc.FUnlock, token, m.Unlock)
+}
+
+// hold runs one round of the hold workload: Lock, then keep the lock
+// until the hold's Ctx ends or -hold passes (longer than twice the
+// half-open checks' bound, so that a key deleted early in a hold is
+// checked), and Unlock. It records when
+// and why the hold ended (FHeld: ok with the Ctx's cause when the Ctx
+// ended, info when the time ran out with the Ctx still live), so that the
+// checker can tell how long a hold outlived a key deleted from outside.
+func (c *client) hold(s *concurrency.Session) error {
+	m := concurrency.NewMutex(s, lockName(c.wl))
+	token, err := c.acquire(s, m)
+	if err != nil {
+		return err
+	}
+	t := time.NewTimer(*holdFor)
+	select {
+	case <-m.Ctx().Done():
+		c.rec(hc.Op{Type: hc.OK, F: hc.FHeld, Key: m.Key(), Token: token, Err: errText(context.Cause(m.Ctx()))})
+	case <-t.C:
+		c.rec(hc.Op{Type: hc.Info, F: hc.FHeld, Key: m.Key(), Token: token, Err: "held for " + holdFor.String()})
+	case <-c.run.Done():
+		c.rec(hc.Op{Type: hc.Info, F: hc.FHeld, Key: m.Key(), Token: token, Err: "the run ended"})
+	}
+	t.Stop()
+	return c.release(hc.FUnlock, token, m.Unlock)
+}
+
+// queueKey is the prefix of the queue and priority queue workloads.
+func queueKey(wl string) string { return *pfx + "/" + wl }
+
+// queue runs one round of the queue workload (a recipes.Queue) or the
+// pqueue workload (a recipes.PriorityQueue, priorities 0 to 3): enqueue a
+// value unique to the run, then dequeue one, each bounded. The history
+// says which values were enqueued (ok; info when the outcome is unknown)
+// and which were dequeued (ok with the value; info with the value when
+// Dequeue returned ErrClaimUnknown, the documented case in which another
+// Dequeue may have returned it too). The checker adds the elements left
+// at the end: none may be lost, none returned twice outside that case.
+func (c *client) queue() error {
+	c.seq++
+	val := fmt.Sprintf("%s.%d", c.name, c.seq)
+	var enq func(context.Context) error
+	var deq func(context.Context) (string, error)
+	if c.wl == "pqueue" {
+		q := recipes.NewPriorityQueue(c.cli, queueKey(c.wl))
+		pr := uint16(rand.IntN(4))
+		enq = func(ctx context.Context) error { return q.EnqueueContext(ctx, val, pr) }
+		deq = q.DequeueContext
+	} else {
+		q := recipes.NewQueue(c.cli, queueKey(c.wl))
+		enq = func(ctx context.Context) error { return q.EnqueueContext(ctx, val) }
+		deq = q.DequeueContext
+	}
+	ctx, cancel := context.WithTimeout(c.run, opTimeout)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FEnq, ID: val})
+	err := enq(ctx)
+	cancel()
+	if err != nil {
+		// An enqueue cut short may or may not have added the element.
+		c.rec(hc.Op{Type: hc.Info, F: hc.FEnq, ID: val, Err: errText(err)})
+	} else {
+		c.rec(hc.Op{Type: hc.OK, F: hc.FEnq, ID: val})
+	}
+	ctx, cancel = context.WithTimeout(c.run, opTimeout)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FDeq})
+	got, derr := deq(ctx)
+	cancel()
+	switch {
+	case derr == nil:
+		c.rec(hc.Op{Type: hc.OK, F: hc.FDeq, ID: got})
+	case errors.Is(derr, recipes.ErrClaimUnknown):
+		c.rec(hc.Op{Type: hc.Info, F: hc.FDeq, ID: got, Err: errText(derr)})
+	default:
+		// No element taken: DequeueContext promises it when ctx ends,
+		// and for any other error before its delete.
+		c.rec(hc.Op{Type: hc.Fail, F: hc.FDeq, Err: errText(derr)})
+	}
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// Functions of the barrier workloads' histories. ID is the round
+// (client and number), the same in every op of a round.
+const (
+	fBHold    = "bhold"    // Barrier.Hold
+	fBRelease = "brelease" // Barrier.Release
+	fBWait    = "bwait"    // Barrier.Wait
+	fDBEnter  = "dbenter"  // DoubleBarrier.Enter
+	fDBLeave  = "dbleave"  // DoubleBarrier.Leave
+	fDBRound  = "dbround"  // end of a double-barrier round: ok if its session lived throughout
+	fLStart   = "lstart"   // CountDownLatch.Start
+	fLCount   = "lcount"   // CountDownLatch.CountDown
+	fLWait    = "lwait"    // CountDownLatch.Wait
+)
+
+// barrierParties is how many goroutines of a round wait on a barrier or
+// a latch, count down a latch, or enter a double barrier.
+const barrierParties = 3
+
+// recAs records op as done by part of client c, for the goroutines of a
+// round that run beside each other: each has its own name in the history.
+func (c *client) recAs(part string, op hc.Op) {
+	op.Workload, op.Proc, op.Client = c.wl, *proc, c.name+"/"+part
+	c.h.Record(op)
+}
+
+// call records f's invoke and its outcome (ok, or info with the error,
+// the outcome of a write cut short being unknown) as part of c.
+func (c *client) call(part, f, id string, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(c.run, lockTimeout)
+	defer cancel()
+	c.recAs(part, hc.Op{Type: hc.Invoke, F: f, ID: id})
+	err := fn(ctx)
+	if err != nil {
+		c.recAs(part, hc.Op{Type: hc.Info, F: f, ID: id, Err: errText(err)})
+	} else {
+		c.recAs(part, hc.Op{Type: hc.OK, F: f, ID: id})
+	}
+	return err
+}
+
+// parties runs fn(i) for i < n on goroutines named part+i and waits.
+func parties(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// roundKey is the key of a round of a barrier workload, under -pfx.
+func (c *client) roundKey() (key, id string) {
+	c.seq++
+	id = fmt.Sprintf("%s.%d", c.name, c.seq)
+	return fmt.Sprintf("%s/%s/%s", *pfx, c.wl, id), id
+}
+
+// barrier runs one round of the barrier workload: Hold a barrier of its
+// own, let barrierParties goroutines Wait on it, Release it after -work.
+// No Wait may return before the Release was called (released early);
+// in a half-open window, none long after it returned (late).
+func (c *client) barrier() error {
+	key, id := c.roundKey()
+	b := recipes.NewBarrier(c.cli, key)
+	if err := c.call("h", fBHold, id, b.HoldContext); err != nil {
+		c.dropKey(key)
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		parties(barrierParties, func(i int) {
+			c.call(fmt.Sprint("w", i), fBWait, id, b.WaitContext)
+		})
+	}()
+	sleep(c.run, *work)
+	err := c.call("h", fBRelease, id, b.ReleaseContext)
+	if err != nil {
+		c.dropKey(key)
+	}
+	wg.Wait()
+	return err
+}
+
+// dropKey deletes a round's key after a failure, so that no barrier or
+// latch is left closed (bounded by the process's life).
+func (c *client) dropKey(key string) {
+	ctx, cancel := context.WithTimeout(c.life, opTimeout)
+	defer cancel()
+	c.cli.Delete(ctx, key, clientv3.WithPrefix())
+}
+
+// doubleBarrier runs one round of the dbarrier workload: barrierParties
+// goroutines Enter a DoubleBarrier of that count, on the client's
+// session, and Leave it. No Enter may return before the last entrant
+// called Enter, and, in a round whose session lived throughout, no Leave
+// before the last one called Leave.
+func (c *client) doubleBarrier(s *concurrency.Session) error {
+	key, id := c.roundKey()
+	var failed atomic.Bool
+	parties(barrierParties, func(i int) {
+		b := recipes.NewDoubleBarrier(s, key, barrierParties)
+		part := fmt.Sprint("e", i)
+		if c.call(part, fDBEnter, id, b.EnterContext) != nil {
+			failed.Store(true)
+			return
+		}
+		sleep(c.run, *work)
+		if c.call(part, fDBLeave, id, b.LeaveContext) != nil {
+			failed.Store(true)
+		}
+	})
+	typ := hc.OK
+	if s.Ctx().Err() != nil {
+		typ = hc.Info
+	}
+	c.recAs("r", hc.Op{Type: typ, F: fDBRound, ID: id})
+	if failed.Load() {
+		c.dropKey(key)
+		return errors.New("a party of the round failed")
+	}
+	return nil
+}
+
+// latch runs one round of the latch workload: Start a latch of its own
+// with barrierParties counts, let barrierParties goroutines Wait on it and
+// barrierParties others CountDown, after -work. No Wait may return before
+// the last CountDown was called (released early); in a half-open window,
+// none long after the last CountDown returned (late).
+func (c *client) latch() error {
+	key, id := c.roundKey()
+	l := recipes.NewCountDownLatch(c.cli, key)
+	if err := c.call("s", fLStart, id, func(ctx context.Context) error { return l.Start(ctx, barrierParties) }); err != nil {
+		c.dropKey(key)
+		return err
+	}
+	var failed atomic.Bool
+	parties(2*barrierParties, func(i int) {
+		if i < barrierParties {
+			c.call(fmt.Sprint("w", i), fLWait, id, l.Wait)
+			return
+		}
+		sleep(c.run, *work)
+		if c.call(fmt.Sprint("c", i), fLCount, id, l.CountDown) != nil {
+			failed.Store(true)
+		}
+	})
+	if failed.Load() {
+		c.dropKey(key)
+		return errors.New("a count-down failed")
+	}
+	return nil
 }
 
 // release ends a hold with unlock (Mutex.Unlock or Election.Resign),

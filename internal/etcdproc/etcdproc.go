@@ -119,19 +119,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	for _, m := range c.Members {
 		m.binary = cfg.Binary
-		m.args = append([]string{
-			"--name", m.Name,
-			"--data-dir", m.DataDir,
-			"--listen-client-urls", m.ClientURL,
-			"--advertise-client-urls", m.ClientURL,
-			"--listen-peer-urls", m.PeerURL,
-			"--initial-advertise-peer-urls", m.PeerURL,
-			"--initial-cluster", strings.Join(initial, ","),
-			"--initial-cluster-state", "new",
-			"--initial-cluster-token", "etcdproc-" + filepath.Base(cfg.Dir),
-			"--logger", "zap",
-			"--log-level", "warn",
-		}, cfg.Args...)
+		m.args = append(m.flags(initial, "new"), "--initial-cluster-token", "etcdproc-"+filepath.Base(cfg.Dir))
+		m.args = append(m.args, cfg.Args...)
 		if err := m.start(); err != nil {
 			c.Close()
 			return nil, err
@@ -159,6 +148,41 @@ func (c *Cluster) Endpoints() []string {
 func (c *Cluster) Close() {
 	for _, m := range c.Members {
 		m.Kill()
+	}
+}
+
+// isMember reports whether the cluster lists member id; on an error it
+// says yes, so that the caller tries again.
+func (c *Cluster) isMember(ctx context.Context, cli *clientv3.Client, id uint64) bool {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := cli.MemberList(lctx)
+	if err != nil {
+		return true
+	}
+	for _, mm := range resp.Members {
+		if mm.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// flags are the member's server flags for its name, directory and URLs,
+// in a cluster of the initial members (name=peer URL) in state ("new" or
+// "existing").
+func (m *Member) flags(initial []string, state string) []string {
+	return []string{
+		"--name", m.Name,
+		"--data-dir", m.DataDir,
+		"--listen-client-urls", m.ClientURL,
+		"--advertise-client-urls", m.ClientURL,
+		"--listen-peer-urls", m.PeerURL,
+		"--initial-advertise-peer-urls", m.PeerURL,
+		"--initial-cluster", strings.Join(initial, ","),
+		"--initial-cluster-state", state,
+		"--logger", "zap",
+		"--log-level", "warn",
 	}
 }
 
@@ -418,4 +442,91 @@ func isClosed(c chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// Replace replaces member i with a new, empty member at the same URLs, as
+// an operator replaces a failed machine: it removes the member from the
+// cluster, kills its process, deletes its data directory, adds a new
+// member with the same peer URL, and starts it, named after the old one
+// with a suffix, to join the cluster as it is. It talks to the cluster
+// through the other members. It returns once the new process is started,
+// not once it serves (see WaitHealthy). The cluster has one member fewer
+// while it runs; the caller must not use member i meanwhile.
+func (c *Cluster) Replace(ctx context.Context, i int) error {
+	m := c.Members[i]
+	// The requests go to the other members: the one removed stops as soon
+	// as it applies its removal, and may not answer.
+	var others []string
+	for j, o := range c.Members {
+		if j != i {
+			others = append(others, o.ClientURL)
+		}
+	}
+	cli, err := c.Client(others...)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	st, err := cli.Status(sctx, m.ClientURL)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcdproc: status of %s: %w", m.Name, err)
+	}
+	old := st.Header.MemberId
+	// A removal whose reply is lost (a leader change) may have been
+	// applied: the membership decides.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = cli.MemberRemove(rctx, old)
+		cancel()
+		if err != nil && !c.isMember(ctx, cli, old) {
+			err = nil
+		}
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("etcdproc: remove %s (%x): %w", m.Name, old, err)
+	}
+	m.Kill()
+	if err := os.RemoveAll(m.DataDir); err != nil {
+		return err
+	}
+	// A removed member's peer URL may be added again once it is gone from
+	// the membership; etcd refuses the add while the removal is not yet
+	// applied everywhere, so try for a while.
+	var added *clientv3.MemberAddResponse
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		added, err = cli.MemberAdd(actx, []string{m.PeerURL})
+		cancel()
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("etcdproc: add a member at %s: %w", m.PeerURL, err)
+	}
+	base, _, _ := strings.Cut(m.Name, "r")
+	name := fmt.Sprintf("%sr%x", base, added.Member.ID&0xffff)
+	var initial []string
+	for _, am := range added.Members {
+		n := am.Name
+		if am.ID == added.Member.ID {
+			n = name
+		}
+		for _, u := range am.PeerURLs {
+			initial = append(initial, n+"="+u)
+		}
+	}
+	m.mu.Lock()
+	m.Name = name
+	m.DataDir = filepath.Join(c.cfg.Dir, name+".etcd")
+	m.args = append(m.flags(initial, "existing"), c.cfg.Args...)
+	m.mu.Unlock()
+	return m.start()
 }

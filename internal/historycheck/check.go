@@ -20,11 +20,21 @@ const (
 	NoKeysLeft  = "no keys or leases left"
 	NoLeaks     = "no goroutine leaks"
 	Complete    = "history complete"
+	// Liveness on a silent connection (issue 27), checked by the fault
+	// tests inside the windows of their half-open fault.
+	WaiterLive = "half-open: no waiter blocked on a free lock"
+	HoldEnds   = "half-open: no hold outlives its key"
+	// Queues of package recipes (the queue workloads of the fault tests).
+	QueueNoLoss = "queue: no element lost"
+	QueueNoDup  = "queue: no element returned twice (beyond ErrClaimUnknown)"
+	// Barriers, double barriers and latches of package recipes.
+	BarrierEarly = "barriers: none released early"
+	BarrierLate  = "half-open: no barrier released late"
 )
 
 // Guarded lists the invariants that must have zero violations, in the order
 // of the report.
-var Guarded = []string{Exclusion, CreateOrder, SemLimit, RWExclude, ReadStable, GuardedTxn, Counter, FenceStore, OneLeader, LeaderRead, Returned, NoKeysLeft, NoLeaks, Complete}
+var Guarded = []string{Exclusion, CreateOrder, SemLimit, RWExclude, ReadStable, GuardedTxn, Counter, FenceStore, OneLeader, LeaderRead, WaiterLive, HoldEnds, QueueNoLoss, QueueNoDup, BarrierEarly, BarrierLate, Returned, NoKeysLeft, NoLeaks, Complete}
 
 // Measures of the unguarded control: reported, never asserted, because a
 // lock without fencing cannot prevent them.

@@ -40,6 +40,9 @@ const (
 	FCampaign = "campaign" // Election.Campaign; on ok, Key, Token (Election.Rev) and Rev
 	FResign   = "resign"   // Election.Resign
 	FLeader   = "leader"   // Election.Leader; on ok, Key and Token of the leader, Rev of the read
+	FHeld     = "held"     // the end of a hold of the hold workload: ok when its Ctx ended (Err: the cause), info when it gave up
+	FEnq      = "enqueue"  // recipes Queue or PriorityQueue Enqueue; ID is the value
+	FDeq      = "dequeue"  // Dequeue; on ok, ID is the value taken; info: ErrClaimUnknown with the value
 	FSlot     = "slot"     // claim of a permit slot (semaphore workload); on ok, Value is the slot
 	FStuck    = "stuck"    // a client did not return in time after the run ended
 	FLeak     = "leak"     // goroutines of the library were left after everything closed
