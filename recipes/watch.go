@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -330,11 +331,29 @@ func askProgress(wctx context.Context, c *clientv3.Client) {
 var errGoOn = errors.New("recipes: go on waiting")
 
 // readOnce runs read with a deadline of readTimeout.
+//
+// Within it, each attempt waits half to all of readAttempt (at random, so
+// that attempts do not keep step with the client's other requests) and
+// one not answered is sent again: the client's round-robin balancer sends
+// it to the next connection, so a read that went to a connection that
+// went silent without a reset is answered by another within a second or
+// two, not after readTimeout.
 func readOnce(ctx context.Context, c *clientv3.Client, read probe) (bool, int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	return read(rctx)
+	for {
+		actx, cancelAttempt := context.WithTimeout(rctx, readAttempt/2+rand.N(readAttempt/2+1))
+		over, rev, err := read(actx)
+		late := actx.Err() != nil
+		cancelAttempt()
+		if err == nil || !late || rctx.Err() != nil || c.Ctx().Err() != nil {
+			return over, rev, err
+		}
+	}
 }
+
+// readAttempt bounds one attempt of a read (see readOnce).
+const readAttempt = time.Second
 
 // retryable reports whether a wait that got err may go on: ctx and the
 // client are alive, and err is a read's own deadline or a failure that
