@@ -255,17 +255,18 @@ func TestSessionRevokedWhileHolding(t *testing.T) {
 		t.Fatal(err)
 	}
 	revoked := time.Now()
+	// The next renewal is 20 s after the Lock; a session that ends within
+	// 10 s of the revoke heard it through the watch. (How much sooner is
+	// the machine's speed: about 10 ms idle, 150 ms seen under -race with
+	// the 2 cores loaded 12 times over, so that is logged, not asserted.)
 	select {
 	case <-s.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("Done not closed 5 s after the lease was revoked")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed 10 s after the lease was revoked: the hold's watch did not tell the session")
 	}
 	took := time.Since(revoked)
 	if !errors.Is(context.Cause(s.Ctx()), concurrency.ErrSessionExpired) {
 		t.Fatalf("cause = %v", context.Cause(s.Ctx()))
-	}
-	if took > 100*time.Millisecond {
-		t.Errorf("session ended %v after the revoke, want within 100 ms", took)
 	}
 	t.Logf("session ended %v after the revoke", took)
 	if err := m.Unlock(t.Context()); err != nil {
