@@ -50,10 +50,15 @@ func TestMutexCtxLost(t *testing.T) {
 			}
 			tc.do(t, other, s, m)
 			lostAt := time.Now()
+			// The session's next renewal is 20 s after the Lock: a hold
+			// whose context ends within 10 s of the loss heard it through
+			// its watch. How much sooner measures the machine (about 10 ms
+			// idle; 100 ms is exceeded under -race on a loaded machine), so
+			// it is logged, not asserted.
 			select {
 			case <-hold.Done():
-			case <-time.After(5 * time.Second):
-				t.Fatal("hold context not cancelled 5 s after the hold was lost")
+			case <-time.After(10 * time.Second):
+				t.Fatal("hold context not cancelled 10 s after the hold was lost: its watch did not tell it")
 			}
 			took := time.Since(lostAt)
 			cause := context.Cause(hold)
@@ -63,9 +68,6 @@ func TestMutexCtxLost(t *testing.T) {
 			}
 			if !ok {
 				t.Fatalf("cause = %v, want one of %v", cause, tc.causes)
-			}
-			if took > 100*time.Millisecond {
-				t.Errorf("hold context cancelled %v after the loss, want within 100 ms", took)
 			}
 			t.Logf("noticed in %v: %v", took, cause)
 
