@@ -881,13 +881,41 @@ func TestLockerPanicsWithError(t *testing.T) {
 // wake-up and re-check of the wait, under contention, for long enough to
 // meet the interleavings where the key a waiter is about to watch goes
 // between its read and its watch.
+//
+// What fails it is a stall, not slowness: a waiter that misses its wake-up
+// holds up everyone queued behind it until the idle probe (a third of the
+// 60 s TTL) finds it, so no acquisition for 10 s fails the test. The whole
+// run only has a generous bound: under -race on a loaded 2-core machine the
+// 200 acquisitions took more than 60 s.
 func TestMutexContendedLiveness(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	const workers, rounds = 8, 25
-	var inside atomic.Int64
+	const stall = 10 * time.Second
+	var inside, done atomic.Int64
 	var wg sync.WaitGroup
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	watchdog := make(chan struct{})
+	defer close(watchdog)
+	go func() {
+		last, since := done.Load(), time.Now()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for range 5 * 60 * 10 { // 5 minutes at most
+			select {
+			case <-watchdog:
+				return
+			case <-tick.C:
+			}
+			if n := done.Load(); n != last {
+				last, since = n, time.Now()
+			} else if time.Since(since) > stall {
+				cancel(fmt.Errorf("stalled: no acquisition for %v after %d of %d", stall, n, workers*rounds))
+				return
+			}
+		}
+		cancel(fmt.Errorf("not done in 5 minutes: %d of %d acquisitions", done.Load(), workers*rounds))
+	}()
 	for i := range workers {
 		m := concurrency.NewMutex(newSession(t, sharedClient(t)), pfx)
 		wg.Add(1)
@@ -902,9 +930,10 @@ func TestMutexContendedLiveness(t *testing.T) {
 					return nil
 				})
 				if err != nil {
-					t.Errorf("worker %d, round %d: %v", i, r, err)
+					t.Errorf("worker %d, round %d: %v (%v)", i, r, err, context.Cause(ctx))
 					return
 				}
+				done.Add(1)
 			}
 		}()
 	}
