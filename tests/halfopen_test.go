@@ -32,8 +32,11 @@ import (
 // halfOpenTTL may take to notice: its stream's liveness check (a third
 // and a sixth of the TTL, at least 1 s each), a read or two sent to m0
 // first and timed out (1 s each), and the rest for a loaded machine.
+// The TTL is 6 s, not less: half the renewals go to the silent m0 and
+// wait there until they time out, and under -race on a loaded machine a
+// TTL of 3 s expired the sessions the tests need alive.
 const (
-	halfOpenTTL   = 3
+	halfOpenTTL   = 6
 	halfOpenBound = 20 * time.Second
 )
 
@@ -229,7 +232,7 @@ func TestHalfOpenHoldWatchOpenedOnSilentStream(t *testing.T) {
 }
 
 // The holder unlocks only after the waiter's probe has given up the
-// silent stream (within 1.5 + 2 × 1 s at TTL 3 s): the waiter's watch is
+// silent stream (within 3 + 2 × 1 s at TTL 6 s): the waiter's watch is
 // opened again, on a stream that the balancer may place on m0 again.
 func TestHalfOpenWaiterReopensWatch(t *testing.T) {
 	pfx := etcdtest.Begin(t)
@@ -243,7 +246,7 @@ func TestHalfOpenWaiterReopensWatch(t *testing.T) {
 	errc := async(t, func() error { return wm.Lock(t.Context()) })
 	etcdtest.WaitKeys(t, h, pfx, 2)
 	silence()
-	time.Sleep(5 * time.Second) // the scenario: a hold that lasts past the probe's verdict
+	time.Sleep(7 * time.Second) // the scenario: a hold that lasts past the probe's verdict
 	if err := hm.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +348,7 @@ func TestIdleWatchesCostOneProgressRequest(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	var tc trafficCounter
 	c := sharedClient(t, tc.option)
-	s := newSession(t, c, concurrency.WithTTL(halfOpenTTL))
+	s := newSession(t, c, concurrency.WithTTL(3))
 
 	other := sharedClient(t)
 	leader := concurrency.NewElection(newSession(t, other), pfx+"/e")

@@ -112,7 +112,9 @@ func Begin(t testing.TB) string {
 // Keys returns the keys under prefix pfx+"/", oldest first.
 func Keys(t testing.TB, c *clientv3.Client, pfx string) []*mvccpb.KeyValue {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// 20 s: a read has taken more than 5 s under -race on a loaded 2-core
+	// machine, with the cluster's leader missing its heartbeats.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	resp, err := c.Get(ctx, pfx+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
