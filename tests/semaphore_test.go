@@ -21,6 +21,16 @@ func acquireAsync(t *testing.T, ctx context.Context, m *concurrency.Semaphore) <
 	return async(t, func() error { return m.Acquire(ctx) })
 }
 
+// raiseTo raises most to n if n is larger.
+func raiseTo(most *atomic.Int64, n int64) {
+	for {
+		old := most.Load()
+		if n <= old || most.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
 // Never more than limit holders, and everyone gets a turn.
 func TestSemaphoreLimit(t *testing.T) {
 	pfx := etcdtest.Begin(t)
@@ -39,13 +49,7 @@ func TestSemaphoreLimit(t *testing.T) {
 			defer wg.Done()
 			for range rounds {
 				err := m.Do(ctx, func(context.Context) error {
-					n := inside.Add(1)
-					for {
-						old := most.Load()
-						if n <= old || most.CompareAndSwap(old, n) {
-							break
-						}
-					}
+					raiseTo(&most, inside.Add(1))
 					// Hold until another holder is inside, or 250 ms: only
 					// the first waiter watches the name's deletions, so
 					// free permits are taken one handoff after another;
@@ -66,11 +70,19 @@ func TestSemaphoreLimit(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if most.Load() > limit {
-		t.Fatalf("%d holders at once, limit %d", most.Load(), limit)
+	checkMost(t, pfx, most.Load(), limit, 2)
+}
+
+// checkMost fails the test if most permits were held at once, more than
+// limit, or fewer than least (the holders did not overlap), or if keys
+// are left under pfx.
+func checkMost(t *testing.T, pfx string, most, limit, least int64) {
+	t.Helper()
+	if most > limit {
+		t.Fatalf("%d permits held at once, limit %d", most, limit)
 	}
-	if most.Load() < 2 {
-		t.Errorf("at most %d holder at once: the semaphore did not let holders in together", most.Load())
+	if most < least {
+		t.Errorf("at most %d permits held at once: holders did not overlap", most)
 	}
 	if n := len(etcdtest.Keys(t, sharedClient(t), pfx)); n != 0 {
 		t.Fatalf("%d keys left", n)
@@ -274,4 +286,205 @@ func TestSemaphoreWaiterEnds(t *testing.T) {
 	}
 	etcdtest.WaitKeys(t, c, pfx, 1)
 	holder.Release(t.Context())
+}
+
+// acquireNAsync runs m.AcquireN(ctx, n) in a goroutine that the test waits
+// for.
+func acquireNAsync(t *testing.T, ctx context.Context, m *concurrency.Semaphore, n int) <-chan error {
+	t.Helper()
+	return async(t, func() error { return m.AcquireN(ctx, n) })
+}
+
+// notYet fails the test if errc has answered.
+func notYet(t *testing.T, errc <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-errc:
+		t.Fatalf("%s returned (%v) before its turn", what, err)
+	default:
+	}
+}
+
+// semValues returns the values of the keys under pfx, oldest first.
+func semValues(t *testing.T, c *clientv3.Client, pfx string) []string {
+	t.Helper()
+	var vs []string
+	for _, kv := range etcdtest.Keys(t, c, pfx) {
+		vs = append(vs, string(kv.Value))
+	}
+	return vs
+}
+
+// Weighted holders of random weights never hold more than the limit
+// together, unit holders (Acquire) mix with them on the name, everyone
+// gets a turn, and nothing is left behind.
+func TestSemaphoreWeightedLimit(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	const limit, workers, rounds = 5, 10, 5
+	var inside, most atomic.Int64
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	for i := range workers {
+		c := etcdtest.NewClient(t, etcdtest.Endpoints()[i%3:i%3+1])
+		m := concurrency.NewSemaphore(newSession(t, c), pfx, limit)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				n := 1 + (i+r)%3 // 1, 2 or 3 permits; worker 0's first is unit
+				var err error
+				if n == 1 && i%2 == 0 {
+					err = m.Acquire(ctx)
+				} else {
+					err = m.AcquireN(ctx, n)
+				}
+				if err != nil {
+					t.Errorf("worker %d: %v", i, err)
+					return
+				}
+				if m.Weight() != n {
+					t.Errorf("worker %d: Weight() = %d, acquired %d", i, m.Weight(), n)
+				}
+				raiseTo(&most, inside.Add(int64(n)))
+				// Hold until someone else is inside too, or 250 ms (see
+				// TestSemaphoreLimit).
+				deadline := time.Now().Add(250 * time.Millisecond)
+				for inside.Load() == int64(n) && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+				inside.Add(-int64(n))
+				if err := m.Release(ctx); err != nil {
+					t.Errorf("worker %d: Release: %v", i, err)
+					return
+				}
+				if m.Weight() != 0 {
+					t.Errorf("worker %d: Weight() = %d after Release", i, m.Weight())
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	checkMost(t, pfx, most.Load(), limit, 3)
+}
+
+// Strict FIFO, as golang.org/x/sync/semaphore.Weighted: a request that does
+// not fit blocks the smaller ones behind it, which would fit; a request as
+// large as the limit is not starved by unit requests queued after it. The
+// weights are in etcd, and Inspect shows them.
+func TestSemaphoreWeightedFIFO(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	const limit = 4
+	sem := func() *concurrency.Semaphore { return concurrency.NewSemaphore(newSession(t, c), pfx, limit) }
+	a, b, d, e := sem(), sem(), sem(), sem()
+	if err := a.AcquireN(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	berr := acquireNAsync(t, t.Context(), b, 2) // does not fit: 3+2 > 4
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	// One permit is free, but b is first: a unit request waits behind it.
+	if err := sem().TryAcquire(t.Context()); !errors.Is(err, concurrency.ErrLocked) {
+		t.Fatalf("TryAcquire behind a waiting weight-2 request = %v, want ErrLocked", err)
+	}
+	derr := acquireNAsync(t, t.Context(), d, 4) // the whole limit
+	etcdtest.WaitKeys(t, c, pfx, 3)
+	eerr := acquireNAsync(t, t.Context(), e, 1)
+	etcdtest.WaitKeys(t, c, pfx, 4)
+	if got, want := semValues(t, c, pfx), []string{"4/3", "4/2", "4/4", "4"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("values %q, want %q", got, want)
+	}
+	q, err := concurrency.Inspect(t.Context(), c, pfx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range []struct{ weight int }{{3}, {2}, {4}, {1}} {
+		k := q.Keys[i]
+		if k.Kind != concurrency.KindSemaphore || k.Limit != limit || k.Weight != w.weight || k.Holds != (i == 0) {
+			t.Errorf("Inspect key %d = kind %v limit %d weight %d holds %v; want semaphore, %d, %d, %v", i, k.Kind, k.Limit, k.Weight, k.Holds, limit, w.weight, i == 0)
+		}
+	}
+	notYet(t, berr, "the weight-2 request")
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, berr, "the weight-2 request"); err != nil {
+		t.Fatal(err)
+	}
+	// 2 held, 2 free: the unit request behind the weight-4 one would fit,
+	// but waits its turn.
+	notYet(t, derr, "the weight-4 request")
+	notYet(t, eerr, "the unit request behind the weight-4 one")
+	if err := b.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, derr, "the weight-4 request"); err != nil {
+		t.Fatal(err)
+	}
+	if d.Weight() != 4 {
+		t.Fatalf("Weight() = %d, want 4", d.Weight())
+	}
+	notYet(t, eerr, "the unit request")
+	if err := d.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, eerr, "the unit request"); err != nil {
+		t.Fatal(err)
+	}
+	e.Release(t.Context())
+	etcdtest.WaitKeys(t, c, pfx, 0)
+}
+
+// Bad weights are refused before anything is written, and the limit guard
+// keeps its promise with weighted keys on the name: a Semaphore with any
+// other limit is refused without writing, whatever the digits (the guard
+// compares values as bytes).
+func TestSemaphoreWeightedRefused(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	s := newSession(t, c)
+	m := concurrency.NewSemaphore(s, pfx, 4)
+	for _, tc := range []struct {
+		n    int
+		want error
+	}{{0, concurrency.ErrInvalidWeight}, {-1, concurrency.ErrInvalidWeight}, {5, concurrency.ErrWeightExceedsLimit}} {
+		if err := m.AcquireN(t.Context(), tc.n); !errors.Is(err, tc.want) {
+			t.Errorf("AcquireN(%d) = %v, want %v", tc.n, err, tc.want)
+		}
+		if err := m.TryAcquireN(t.Context(), tc.n); !errors.Is(err, tc.want) {
+			t.Errorf("TryAcquireN(%d) = %v, want %v", tc.n, err, tc.want)
+		}
+	}
+	if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
+		t.Fatalf("%d keys after refused weights", n)
+	}
+	if err := m.AcquireN(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, lim := range []int{1, 3, 5, 40, 41, 44, 400} {
+		err := concurrency.NewSemaphore(newSession(t, c), pfx, lim).TryAcquire(t.Context())
+		if !errors.Is(err, concurrency.ErrLimitMismatch) {
+			t.Errorf("limit %d on a name of limit 4 = %v, want ErrLimitMismatch", lim, err)
+		}
+	}
+	// An earlier version's Semaphore compares every value with its limit:
+	// the weighted key refuses it. Its guard, by hand:
+	resp, err := c.Txn(t.Context()).If(clientv3.Compare(clientv3.Value(pfx+"/"), "=", "4").WithPrefix()).
+		Then(clientv3.OpPut(pfx+"/1-1", "4")).Commit()
+	if err != nil || resp.Succeeded {
+		t.Fatalf("an earlier version's guard passed (%v) with a weighted key on the name", err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[4/2]" {
+		t.Fatalf("values %q after refusals, want only [4/2]", got)
+	}
+	// A unit holder with the same limit joins.
+	u := concurrency.NewSemaphore(newSession(t, c), pfx, 4)
+	if err := u.TryAcquire(t.Context()); err != nil {
+		t.Fatalf("unit TryAcquire beside a weight-2 holder = %v", err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[4/2 4]" {
+		t.Fatalf("values %q, want [4/2 4]", got)
+	}
+	u.Release(t.Context())
+	m.Release(t.Context())
 }
