@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -487,4 +488,259 @@ func TestSemaphoreWeightedRefused(t *testing.T) {
 	}
 	u.Release(t.Context())
 	m.Release(t.Context())
+}
+
+// A larger limit lets waiters in at once, with no holder leaving: a waiter
+// behind a single holder (which watches that key) and a first waiter
+// behind several holders (which watches the name's range and its own key).
+// The new limit is in every key, and Semaphores granted under it learn it.
+func TestSemaphoreSetLimitGrow(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	sem := func(lim int) *concurrency.Semaphore { return concurrency.NewSemaphore(newSession(t, c), pfx, lim) }
+	a, b := sem(1), sem(1)
+	if err := a.Acquire(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	berr := acquireAsync(t, t.Context(), b)
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	// b waits behind one holder: 1 -> 2 lets it in.
+	if err := sem(1).SetLimit(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, berr, "the waiter behind one holder"); err != nil {
+		t.Fatal(err)
+	}
+	if b.Limit() != 2 {
+		t.Errorf("b granted under limit 2 has Limit() %d", b.Limit())
+	}
+	// Two holders, a first waiter of weight 2 and one behind it, which
+	// know the name's limit.
+	w1, w2 := sem(2), sem(2)
+	w1err := acquireNAsync(t, t.Context(), w1, 2)
+	etcdtest.WaitKeys(t, c, pfx, 3)
+	w2err := acquireAsync(t, t.Context(), w2)
+	etcdtest.WaitKeys(t, c, pfx, 4)
+	notYet(t, w1err, "the first waiter")
+	if err := sem(1).SetLimit(t.Context(), 3); err != nil { // a stale limit may resize
+		t.Fatalf("SetLimit(3) = %v", err)
+	}
+	// 2 held + 2 > 3: still waiting; 4 lets w1 in, then w2 waits (5 > 4).
+	notYet(t, w1err, "the first waiter under limit 3")
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[3 3 3/2 3]" {
+		t.Fatalf("values after SetLimit(3) = %q", got)
+	}
+	if err := a.SetLimit(t.Context(), 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, w1err, "the first waiter under limit 4"); err != nil {
+		t.Fatal(err)
+	}
+	notYet(t, w2err, "the waiter behind (5 permits > 4)")
+	if err := a.SetLimit(t.Context(), 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, w2err, "the last waiter under limit 5"); err != nil {
+		t.Fatal(err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[5 5 5/2 5]" {
+		t.Fatalf("values after SetLimit(5) = %q", got)
+	}
+	for _, m := range []*concurrency.Semaphore{a, b, w1, w2} {
+		if err := m.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A smaller limit ends no hold: holders beyond it keep their permits (their
+// contexts live, their guarded writes commit) and new grants wait until the
+// holders fit. A client with the old limit is refused without writing; a
+// limit below a key's weight, or another kind of lock's name, is refused and
+// changes nothing.
+func TestSemaphoreSetLimitShrink(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	sem := func(lim int) *concurrency.Semaphore { return concurrency.NewSemaphore(newSession(t, c), pfx, lim) }
+	hs := []*concurrency.Semaphore{sem(4), sem(4), sem(4)}
+	for i, m := range hs {
+		if err := m.AcquireN(t.Context(), 1+i%2); err != nil { // weights 1, 2, 1
+			t.Fatal(err)
+		}
+	}
+	ctxs := []context.Context{hs[0].Ctx(), hs[1].Ctx(), hs[2].Ctx()}
+	if err := hs[0].SetLimit(t.Context(), 1); !errors.Is(err, concurrency.ErrWeightExceedsLimit) {
+		t.Fatalf("SetLimit below a holder's weight = %v, want ErrWeightExceedsLimit", err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[4 4/2 4]" {
+		t.Fatalf("values after a refused SetLimit = %q", got)
+	}
+	if err := hs[0].SetLimit(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[2 2/2 2]" {
+		t.Fatalf("values after SetLimit(2) = %q", got)
+	}
+	// 4 permits held under a limit of 2: every hold goes on.
+	for i, m := range hs {
+		if ctxs[i].Err() != nil {
+			t.Fatalf("holder %d lost its hold to the shrink: %v", i, context.Cause(ctxs[i]))
+		}
+		if _, err := m.Txn(t.Context()).Then(clientv3.OpPut(pfx+"-data", fmt.Sprint(i))).Commit(); err != nil {
+			t.Fatalf("holder %d's guarded write after the shrink: %v", i, err)
+		}
+	}
+	// The old limit is refused, writing nothing.
+	if err := sem(4).TryAcquire(t.Context()); !errors.Is(err, concurrency.ErrLimitMismatch) {
+		t.Fatalf("TryAcquire with the old limit = %v, want ErrLimitMismatch", err)
+	}
+	w := sem(2)
+	werr := acquireAsync(t, t.Context(), w)
+	etcdtest.WaitKeys(t, c, pfx, 4)
+	// Holders leave one by one; w fits only when 1 permit is held.
+	if err := hs[0].Release(t.Context()); err != nil { // 3 held
+		t.Fatal(err)
+	}
+	if err := hs[2].Release(t.Context()); err != nil { // 2 held (hs[1], weight 2)
+		t.Fatal(err)
+	}
+	// w's wait ended with hs[2]'s release (its predecessor), and it
+	// judged again: 2 + 1 > 2, it waits on. A grant would come within
+	// milliseconds; give it half a second to show.
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	select {
+	case err := <-werr:
+		t.Fatalf("the waiter returned (%v) while 2 permits are held under limit 2", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := hs[1].Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, werr, "the waiter once the holders fit"); err != nil {
+		t.Fatal(err)
+	}
+	w.Release(t.Context())
+
+	mutexName := pfx + "-mutex"
+	mu := concurrency.NewMutex(newSession(t, c), mutexName)
+	if err := mu.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := concurrency.NewSemaphore(newSession(t, c), mutexName, 2).SetLimit(t.Context(), 3); !errors.Is(err, concurrency.ErrLockKind) {
+		t.Fatalf("SetLimit on a Mutex's name = %v, want ErrLockKind", err)
+	}
+	mu.Unlock(t.Context())
+	for _, n := range []int{0, -1} {
+		if err := w.SetLimit(t.Context(), n); !errors.Is(err, concurrency.ErrInvalidLimit) {
+			t.Errorf("SetLimit(%d) = %v, want ErrInvalidLimit", n, err)
+		}
+	}
+	// On a free name, SetLimit sets only the caller's limit.
+	if err := w.SetLimit(t.Context(), 7); err != nil || w.Limit() != 7 {
+		t.Fatalf("SetLimit on a free name = %v, Limit() %d", err, w.Limit())
+	}
+}
+
+// Resizes from several clients at once, while weighted holders come and
+// go: every read of the name sees one limit in all its keys (a resize is
+// never seen half done), the permits held never exceed the largest limit
+// set.
+func TestSemaphoreSetLimitConcurrent(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	const top = 4
+	var inside, most atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	// Holders, each following the limit it is granted under.
+	for i := range 4 {
+		s := newSession(t, etcdtest.NewClient(t, etcdtest.Endpoints()[i%3:i%3+1]))
+		m := concurrency.NewSemaphore(s, pfx, top)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < 40; r++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n := 1 + (i+r)%2
+				err := m.AcquireN(ctx, n)
+				if errors.Is(err, concurrency.ErrLimitMismatch) {
+					// Resized since: learn the name's limit, as a client would.
+					q, qerr := concurrency.Inspect(ctx, c, pfx)
+					if qerr != nil {
+						t.Error(qerr)
+						return
+					}
+					lim := top
+					if len(q.Keys) > 0 {
+						lim = q.Keys[0].Limit
+					}
+					m = concurrency.NewSemaphore(s, pfx, lim)
+					continue
+				}
+				if err != nil {
+					t.Errorf("holder %d: %v", i, err)
+					return
+				}
+				raiseTo(&most, inside.Add(int64(n)))
+				time.Sleep(5 * time.Millisecond)
+				inside.Add(-int64(n))
+				if err := m.Release(ctx); err != nil {
+					t.Errorf("holder %d: Release: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	// Resizers: each sets 2, 3 and 4 in turn, on a Semaphore of its own.
+	var rg sync.WaitGroup
+	for i := range 3 {
+		r := concurrency.NewSemaphore(newSession(t, c), pfx, top)
+		rg.Add(1)
+		go func() {
+			defer rg.Done()
+			for k := range 12 {
+				n := 2 + (i+k)%3
+				if err := r.SetLimit(ctx, n); err != nil {
+					t.Errorf("resizer %d: SetLimit(%d): %v", i, n, err)
+					return
+				}
+			}
+		}()
+	}
+	// Meanwhile, every read shows one limit.
+	reads, mixed := 0, 0
+	done := make(chan struct{})
+	go func() { rg.Wait(); close(done) }()
+	for running := true; running && reads < 100000; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		limits := map[string]bool{}
+		for _, v := range semValues(t, c, pfx) {
+			l, _, _ := strings.Cut(v, "/")
+			limits[l] = true
+		}
+		reads++
+		if len(limits) > 1 {
+			mixed++
+			t.Errorf("one read shows limits %v", limits)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if most.Load() > top {
+		t.Fatalf("%d permits held at once; the largest limit set is %d", most.Load(), top)
+	}
+	t.Logf("%d reads during the resizes, %d mixed; at most %d permits held", reads, mixed, most.Load())
+	if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
+		t.Fatalf("%d keys left", n)
+	}
 }
