@@ -97,6 +97,7 @@ type entryState struct {
 	Key            string     `json:"key"`
 	Kind           string     `json:"kind"`
 	Limit          int        `json:"limit,omitempty"`
+	Weight         int        `json:"weight,omitempty"`
 	Holds          bool       `json:"holds"`
 	Lease          string     `json:"lease"`
 	TTL            int64      `json:"ttl_seconds"`
@@ -123,7 +124,7 @@ func inspect(ctx context.Context, conn *connFlags, cli *clientv3.Client, name st
 	now := time.Now()
 	st := &lockState{Name: name, Prefix: lockPrefix(name), Revision: rev, Kind: queueKind(q), Holders: []*entryState{}, Waiters: []*entryState{}}
 	for _, e := range q {
-		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: e.TTL, CreateRevision: e.Rev}
+		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Weight: e.Weight, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: e.TTL, CreateRevision: e.Rev}
 		if m := e.Meta; m != nil {
 			es.WaitingSince = &m.WaitingSince
 			if !m.HeldSince.IsZero() {
@@ -167,7 +168,11 @@ func (st *lockState) print(w io.Writer) {
 	case st.Kind == kindMutex:
 		fmt.Fprintf(w, "lock %q is held, %d waiting (revision %d)\n", st.Name, len(st.Waiters), st.Revision)
 	case st.Kind == kindSemaphore:
-		fmt.Fprintf(w, "semaphore %q (limit %d): %d of its permits held, %d waiting (revision %d)\n", st.Name, append(st.Holders, st.Waiters...)[0].Limit, len(st.Holders), len(st.Waiters), st.Revision)
+		held := 0
+		for _, e := range st.Holders {
+			held += e.Weight
+		}
+		fmt.Fprintf(w, "semaphore %q (limit %d): %d of its permits held by %d holders, %d waiting (revision %d)\n", st.Name, append(st.Holders, st.Waiters...)[0].Limit, held, len(st.Holders), len(st.Waiters), st.Revision)
 	case st.Kind == "rwmutex" && st.Holder != nil && st.Holder.Kind == kindWriter:
 		fmt.Fprintf(w, "reader/writer lock %q is held by a writer, %d waiting (revision %d)\n", st.Name, len(st.Waiters), st.Revision)
 	case st.Kind == "rwmutex":
@@ -192,7 +197,8 @@ func (st *lockState) print(w io.Writer) {
 		}
 		kind, value := e.Kind, e.Value
 		if kind == kindSemaphore {
-			kind, value = fmt.Sprintf("semaphore/%d", e.Limit), "" // the value is the limit
+			// The value is the limit and the weight.
+			kind, value = fmt.Sprintf("semaphore/%d", e.Limit), fmt.Sprintf("weight=%d", e.Weight)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			pos, e.Key, e.Lease, ttl, e.CreateRevision, age(e.Waited), age(e.Held), pid,
