@@ -33,11 +33,12 @@ import (
 // Each Semaphore value holds at most one permit key, of one weight, under
 // a key of its own: several Semaphores on one session (a worker pool
 // sharing a lease) hold one key each. The key is the name, "/", the
-// session's lease ID and a random 64-bit number, in hex, so that values on
-// one lease are told apart even across processes that share the lease
-// (WithLease); its value is the limit, then, for a weight other than 1,
-// "/" and the weight ("5" for one permit of 5, "5/3" for three), so that
-// every client, Inspect and etcdctl see both.
+// session's lease ID and a random 64-bit number (the weight folded in for
+// a weight other than 1), in hex, so that values on one lease are told
+// apart even across processes that share the lease (WithLease); its value
+// is the limit, then, for a weight other than 1, "/" and the weight ("5"
+// for one permit of 5, "5/3" for three), so that every client, Inspect and
+// etcdctl see both.
 //
 // The limit is agreed in etcd: every key of the name carries it, and a key
 // is written only if every key of the name has the same limit (one
@@ -56,7 +57,7 @@ import (
 // Mutex does.
 type Semaphore struct {
 	holder
-	key    string
+	id     uint64       // the random part of the key (see keyFor)
 	limit  atomic.Int64 // the limit this value writes and agrees to
 	weight atomic.Int64 // the weight of the permit held, 0 if none
 }
@@ -81,7 +82,7 @@ func NewSemaphore(s *Session, pfx string, limit int) *Semaphore {
 	m := &Semaphore{holder: newHolder(s, pfx)}
 	m.limit.Store(int64(limit))
 	if s != nil {
-		m.key = fmt.Sprintf("%s%x-%x", m.pfx, int64(s.Lease()), valueID())
+		m.id = valueID()
 	}
 	created(s, m.pfx, kindSemaphore)
 	return m
@@ -181,9 +182,9 @@ func (m *Semaphore) weigh(key string, w int, own []byte, older []*mvccpb.KeyValu
 	case !ok:
 		return false, target{}, false, fmt.Errorf("%w: %q has value %q, not a semaphore's", ErrLockKind, key, own)
 	case ow != w:
-		// Left by an earlier acquisition of this value whose outcome was
-		// unknown; the caller deletes it.
-		return false, target{}, false, fmt.Errorf("%w: %q has weight %d, left by an earlier acquisition, not %d", ErrLockReleased, key, ow, w)
+		// Not written by this Semaphore (its keys differ by weight: see
+		// keyFor): refused, and deleted by the caller.
+		return false, target{}, false, fmt.Errorf("%w: %q has weight %d, not %d", ErrLimitMismatch, key, ow, w)
 	}
 	sum := 0
 	for _, kv := range older {
@@ -254,15 +255,30 @@ func (m *Semaphore) validWeight(n int) error {
 	return nil
 }
 
+// keyFor is the key of an acquisition of weight n: the name, the lease ID
+// and the random ID, with n folded into the random ID (XOR) for a weight
+// other than 1. So a key that an earlier acquisition left in place (its
+// outcome unknown, see settle) is found again, and judged, only by one of
+// the same weight, and a unit key is the one earlier versions named.
+func (m *Semaphore) keyFor(n int) string {
+	id := m.id
+	if n != 1 {
+		id ^= uint64(n)
+	}
+	return fmt.Sprintf("%s%x-%x", m.pfx, int64(m.s.Lease()), id)
+}
+
 // acquire takes a key of weight n, waiting if wait.
 func (m *Semaphore) acquire(ctx context.Context, n int, wait bool) error {
 	valid := m.validWeight(n)
 	seen := 0
 	var r rule
+	key := ""
 	if valid == nil {
-		r = m.rule(m.key, n, &seen)
+		key = m.keyFor(n)
+		r = m.rule(key, n, &seen)
 	}
-	if err := m.lock(ctx, r, m.key, semValue(r.limit, n), wait, valid); err != nil {
+	if err := m.lock(ctx, r, key, semValue(r.limit, n), wait, valid); err != nil {
 		return err
 	}
 	m.weight.Store(int64(n))

@@ -456,6 +456,12 @@ func TestSemaphoreWeightedRefused(t *testing.T) {
 			t.Errorf("TryAcquireN(%d) = %v, want %v", tc.n, err, tc.want)
 		}
 	}
+	if err := concurrency.NewSemaphore(nil, pfx, 4).AcquireN(t.Context(), 2); !errors.Is(err, concurrency.ErrNilSession) {
+		t.Errorf("AcquireN on a nil session = %v, want ErrNilSession", err)
+	}
+	if err := concurrency.NewSemaphore(s, pfx, 0).TryAcquireN(t.Context(), 1); !errors.Is(err, concurrency.ErrInvalidLimit) {
+		t.Errorf("TryAcquireN with limit 0 = %v, want ErrInvalidLimit", err)
+	}
 	if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
 		t.Fatalf("%d keys after refused weights", n)
 	}
