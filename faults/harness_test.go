@@ -440,13 +440,15 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 }
 
 // logFails logs why the acquisitions of workload wl failed, by error (its
-// first 70 bytes): for wsemaphore, mostly ErrLimitMismatch after another
-// client's resize, and the faults' timeouts and session ends.
+// text up to the second ": ", which names the sentinel without the key or
+// lease): for wsemaphore, mostly ErrLimitMismatch after another client's
+// resize, and the faults' timeouts and session ends.
 func logFails(t *testing.T, wl string, ops []hc.Op) {
 	n := map[string]int{}
 	for _, op := range ops {
 		if op.F == hc.FLock && op.Type == hc.Fail {
-			n[op.Err[:min(len(op.Err), 70)]]++
+			parts := strings.SplitN(op.Err, ": ", 3)
+			n[strings.Join(parts[:min(len(parts), 2)], ": ")]++
 		}
 	}
 	for err, k := range n {
