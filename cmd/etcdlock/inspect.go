@@ -38,8 +38,9 @@ NAME/<lease> (a Mutex, etcdctl lock, or an election's candidate: the same
 keys), "semaphore/N" for NAME/<lease>-<seq> with limit N, "reader" and
 "writer" for NAME/r/... and NAME/w/... of a reader/writer lock. A key holds
 by the rule of its kind: a mutex key or a writer when it is the oldest, a
-semaphore key when it is among the N oldest, a reader when no writer is
-older. POSITION is "holder" for a key that holds, else its place among the
+semaphore key when the weights of the older keys and its own add up to at
+most the limit N (a weight is 1 unless lock --weight set it), a reader when
+no writer is older. POSITION is "holder" for a key that holds, else its place among the
 waiters.
 
 --json prints one object for scripts:
@@ -47,7 +48,7 @@ waiters.
    "mixed", or "" when free), "holder": the oldest holder, ENTRY or null,
    "holders": [ENTRY...], "waiters": [ENTRY...]}
   ENTRY: {"key", "kind" ("mutex", "semaphore", "reader", "writer", "other"),
-          "limit" (semaphore), "holds", "lease" (hex), "ttl_seconds" (-1:
+          "limit" and "weight" (semaphore), "holds", "lease" (hex), "ttl_seconds" (-1:
           lease gone), "create_revision", "position" (0: holder, 1: next
           waiter...), "value" (if not etcdlock's), "host", "pid", "label",
           "waiting_since", "held_since", "waited_seconds", "held_seconds"}
