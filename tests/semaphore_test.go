@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency"
@@ -748,5 +749,74 @@ func TestSemaphoreSetLimitConcurrent(t *testing.T) {
 	t.Logf("%d reads during the resizes, %d mixed; at most %d permits held", reads, mixed, most.Load())
 	if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
 		t.Fatalf("%d keys left", n)
+	}
+}
+
+// resizeTxn matches Semaphore.SetLimit's rewrite: a transaction that puts
+// values on keys, keeping their leases.
+func resizeTxn(tr *pb.TxnRequest) bool {
+	for _, op := range tr.Success {
+		if p := op.GetRequestPut(); p != nil && p.IgnoreLease && !p.IgnoreValue {
+			return true
+		}
+	}
+	return false
+}
+
+// A resize whose rewrite is held back while a waiter with the old limit
+// enqueues and a holder's lease is revoked: the rewrite must not commit on
+// the stale read (the new waiter would keep the old limit beside the new
+// one, and be refused); SetLimit reads again and rewrites every key, the
+// new waiter's too, which the larger limit then lets in.
+func TestSemaphoreSetLimitRace(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	g := newGate(resizeTxn)
+	rc := sharedClient(t, g.option)
+	sem := func(lim int) (*concurrency.Semaphore, *concurrency.Session) {
+		s := newSession(t, c)
+		return concurrency.NewSemaphore(s, pfx, lim), s
+	}
+	a, _ := sem(2)
+	b, bs := sem(2)
+	cw, _ := sem(2)
+	d, _ := sem(2)
+	for _, m := range []*concurrency.Semaphore{a, b} {
+		if err := m.Acquire(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cerr := acquireAsync(t, t.Context(), cw)
+	etcdtest.WaitKeys(t, c, pfx, 3)
+
+	g.armed.Store(true)
+	r := concurrency.NewSemaphore(newSession(t, rc), pfx, 2)
+	rerr := async(t, func() error { return r.SetLimit(t.Context(), 3) })
+	caught(t, g, "the resize's rewrite") // based on a read of a, b and cw
+	derr := acquireAsync(t, t.Context(), d)
+	etcdtest.WaitKeys(t, c, pfx, 4)
+	if _, err := c.Revoke(t.Context(), bs.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, cerr, "cw after b's lease went"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitKeys(t, c, pfx, 3)
+	notYet(t, derr, "d (3 permits of 2 before the resize)")
+	g.armed.Store(false)
+	close(g.open)
+	if err := within(t, 10*time.Second, rerr, "SetLimit"); err != nil {
+		t.Fatalf("SetLimit = %v", err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[3 3 3]" {
+		t.Fatalf("values after the resize = %q, want every key at 3", got)
+	}
+	if err := within(t, 10*time.Second, derr, "d under limit 3"); err != nil {
+		t.Fatalf("d: %v", err)
+	}
+	for _, m := range []*concurrency.Semaphore{a, cw, d} {
+		if err := m.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
