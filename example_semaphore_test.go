@@ -128,7 +128,8 @@ func ExampleLockAll() {
 
 // Jobs take as many permits of a shared budget as they need: a job of
 // weight 3 and one of weight 1 fit a limit of 4 together; a job of weight 2
-// waits until they leave, and the jobs behind it wait their turn too.
+// does not fit until they leave, and one heavier than the limit is refused.
+// Inspect shows each key's weight.
 func ExampleSemaphore_AcquireN() {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints()})
 	if err != nil {
