@@ -21,7 +21,8 @@
 // serializable one: a member that lags could show a key already deleted at
 // the leader), so at any etcd revision at most one session holds the lock,
 // and holders follow one another in create-revision order. A Semaphore lets
-// the limit oldest keys hold; an RWMutex reader needs no older writer, a
+// the oldest keys hold while their weights (1 each, unless AcquireN says
+// otherwise) add up to at most its limit; an RWMutex reader needs no older writer, a
 // writer no older key. A key that the session finds already in place (an
 // earlier enqueue whose answer was lost wrote it) is judged by the same
 // read and checks as a new one before it is used, and a Semaphore's or
@@ -80,6 +81,74 @@
 // A lock used only for efficiency (doing work once rather than twice) needs
 // none of these; a lock used for correctness needs fencing or guarded
 // writes.
+//
+// # Weighted and resizable semaphores
+//
+// A Semaphore's key records both numbers it is judged by, in its value:
+// the name's limit, then "/" and the key's weight unless it is 1 ("4" is
+// one permit of 4, "4/3" three; Acquire writes what earlier versions
+// wrote). So every client, Inspect and `etcdctl get` read them, and
+// nothing else is stored. A key holds when the weights of every older key
+// and its own add up to at most the limit: strictly FIFO, as
+// golang.org/x/sync/semaphore.Weighted, so a request that does not fit
+// blocks the smaller ones behind it and a large one is never starved. A
+// weight of zero or less (ErrInvalidWeight) or above the limit
+// (ErrWeightExceedsLimit) is refused before anything is written.
+//
+// The limit guard is one transaction that writes a new key only if every
+// key of the name has the same limit: every value v of the name lies in
+// the byte range that holds exactly the values written for that limit
+// (etcd compares a range of keys with <, =, > or !=, not with a prefix of
+// the value), or the name is empty. A Semaphore with another limit is
+// refused without writing (ErrLimitMismatch), and so is a Semaphore of an
+// earlier version of this package while a weighted key is in the queue:
+// its guard compares every value with its bare limit, and could not count
+// weights.
+//
+// Semaphore.SetLimit rewrites the value of every key of the name in one
+// transaction, on condition that no key was created since its read and
+// every key it read still has its create revision; otherwise it reads
+// again. Each grant is decided by one linearizable read of the waiter's
+// own key and the keys older than it, which sees every key before the
+// resize or every key after it, and the waiter counts with the limit in
+// its own key. Hence:
+//
+//   - no moment lets more in than the old or the new limit: a grant read
+//     before the resize counts under the old limit, one after under the
+//     new; a grant whose read raced the resize is a grant at the read's
+//     revision, as any grant is;
+//   - a smaller limit ends no hold: holders beyond it keep their permits
+//     (their keys, tokens and guarded writes are untouched), and new
+//     grants wait until the holders fit. A limit below the weight of a key
+//     of the name is refused (ErrWeightExceedsLimit), so that no waiter
+//     can be left heavier than the limit, blocking the queue;
+//   - a larger limit lets waiters in at once: each waiter watches the
+//     newest older key for its grant or deletion (rewritten too), and the
+//     first waiter, which watches the name's deletions, watches its own
+//     key's value as well;
+//   - two resizes at once each apply whole (the second's conditions hold
+//     after the first, which creates and deletes no key), and the last to
+//     commit wins; a key created or deleted between a resize's read and
+//     its write (a new waiter, a release, a lease revoked mid-resize)
+//     fails the resize's condition, which reads again, so no key keeps an
+//     old limit beside new ones;
+//   - a refused or stale limit never locks correct clients out: a refused
+//     resize writes nothing; a client still configured with the old limit
+//     is refused without writing (ErrLimitMismatch) and stands in no
+//     one's way; a Semaphore granted after a resize adopts its limit
+//     (Limit); a client that starts later learns the name's limit from
+//     Inspect.
+//
+// What it cannot promise: the limit lives in the keys, so it is forgotten
+// when the last key goes, and the next user sets its own (a resize lasts
+// while the name is in use); a name with more keys than one transaction
+// may hold (etcd's --max-txn-ops, 128 by default) cannot be resized;
+// after a shrink, Inspect shows holders beyond the new limit as waiting
+// (it judges by the current limit), and the first waiter behind them
+// waits for the newest of them to leave before it counts again; and a
+// resize under constant arrivals retries until its ctx ends. Compaction
+// does not matter to a resize (it reads, it does not watch), and waits
+// survive it as any wait does.
 //
 // Lead runs the whole life of a leader on an Election: it campaigns, runs a
 // function as the leader with the leadership's context, campaigns again on

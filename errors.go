@@ -74,6 +74,16 @@ var (
 	// a limit of zero or less.
 	ErrInvalidLimit = errors.New("concurrency: semaphore limit must be positive")
 
+	// ErrInvalidWeight is returned by Semaphore.AcquireN and TryAcquireN
+	// for a weight of zero or less.
+	ErrInvalidWeight = errors.New("concurrency: semaphore weight must be positive")
+
+	// ErrWeightExceedsLimit is returned by Semaphore.AcquireN and
+	// TryAcquireN for a weight above the Semaphore's limit, which could
+	// never be granted, and by Semaphore.SetLimit for a limit below the
+	// weight of a key of the name. Nothing is written.
+	ErrWeightExceedsLimit = errors.New("concurrency: semaphore weight exceeds its limit")
+
 	// ErrLimitMismatch is returned by Semaphore.Acquire and TryAcquire when
 	// the semaphore's name is in use with another limit: the first user of a
 	// name sets its limit, for as long as any key of the name exists.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,7 +24,8 @@ const (
 	// candidate, etcd's package, etcdctl lock and elect (one kind of key).
 	KindMutex
 	// KindSemaphore is NAME/<lease ID>-<random ID>, with the Semaphore's
-	// limit as its value.
+	// limit as its value, followed by "/" and the weight for a weight
+	// other than 1 (see Semaphore).
 	KindSemaphore
 	// KindReader is NAME/r/<lease ID>-<random ID>: an RWMutex's read side.
 	KindReader
@@ -70,13 +70,17 @@ type QueueKey struct {
 	CreateRevision int64
 	Position       int     // the key's index in Queue.Keys: 0 for the oldest
 	Kind           KeyKind // the kind of lock the key belongs to
-	Limit          int     // a semaphore key's limit, from its value; 0 for other kinds or a value that is not a number
+	Limit          int     // a semaphore key's limit, from its value; 0 for other kinds or a value that is not a semaphore's
+	Weight         int     // a semaphore key's weight, the permits it takes (1 unless its value says otherwise); 0 for other kinds
 	// Holds reports whether the key holds, by the rule of its own kind, as
 	// this package decides it: a mutex key (or another key) or a writer
-	// when no key is older; a semaphore key when fewer keys than its limit
-	// are older; a reader when no key other than a reader is older. On a
-	// name used by one kind of lock, as this package keeps it, this is
-	// exactly who holds; a key that does not hold waits.
+	// when no key is older; a semaphore key when the weights of the older
+	// keys (other kinds of key weigh 1) and its own add up to at most its
+	// limit; a reader when no key other than a reader is older. On a name
+	// used by one kind of lock, as this package keeps it, this is exactly
+	// who holds, with one exception: after a Semaphore's limit shrank
+	// (SetLimit), holders beyond the new limit keep their permits but are
+	// shown waiting until they release. A key that does not hold waits.
 	Holds bool
 	Value string // the key's value, raw: a semaphore's limit, an election's proclaimed value, whatever a client wrote
 	// Owner is the owner record of the key's lease (see WithOwner), or nil
@@ -133,6 +137,7 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 	q := &Queue{Name: name, Revision: resp.Header.Revision, Keys: make([]QueueKey, 0, len(resp.Kvs))}
 	ttls := make(map[clientv3.LeaseID]int64)
 	nonReaders := 0 // keys older than the current one that are not readers
+	weight := 0     // the weights of the keys older than the current one
 	for i, kv := range resp.Kvs {
 		k := QueueKey{
 			Key:            string(kv.Key),
@@ -145,8 +150,10 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 		}
 		switch k.Kind {
 		case KindSemaphore:
-			k.Limit, _ = strconv.Atoi(k.Value)
-			k.Holds = k.Limit > 0 && i < k.Limit
+			if l, w, ok := parseSemValue(kv.Value); ok {
+				k.Limit, k.Weight = l, w
+			}
+			k.Holds = k.Limit > 0 && weight+k.Weight <= k.Limit
 		case KindReader:
 			k.Holds = nonReaders == 0
 		default:
@@ -155,6 +162,7 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 		if k.Kind != KindReader {
 			nonReaders++
 		}
+		weight += max(k.Weight, 1)
 		if k.Lease != clientv3.NoLease {
 			ttls[k.Lease] = -1
 		}

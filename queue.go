@@ -59,6 +59,15 @@ type rule struct {
 	refused []clientv3.Op
 	refuse  func(rs []*pb.ResponseOp) error
 	kind    string // for metrics and traces: kindMutex, kindElection...
+	// weigh, if not nil, replaces judge and check for a Semaphore, whose
+	// keys carry their weight and the name's limit in their values (see
+	// semaphore.go): from own, the value of the key, and the newest keys
+	// of over older than it (newest first), whether the key holds and if
+	// not what it waits for. truncated says that the read stopped at its
+	// limit, so older keys may exist beyond those given; more asks for
+	// them (the name's limit grew past the one read with: see
+	// Semaphore.SetLimit).
+	weigh func(own []byte, older []*mvccpb.KeyValue, truncated bool) (holds bool, next target, more bool, err error)
 }
 
 // mutexRule is the rule of a Mutex named by prefix pfx, and the base of
@@ -188,7 +197,7 @@ func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr
 		return nil, nil, err
 	}
 	h := newHold(s, key, rev, hdr.Revision)
-	if existed && r.limit > 1 {
+	if existed && (r.limit > 1 || r.weigh != nil) {
 		h.promote()
 	}
 	return h, hdr, nil
@@ -394,6 +403,12 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 	if strings.HasPrefix(key, r.over) {
 		q.ahead-- // the key itself
 	}
+	if r.weigh != nil {
+		// The guard made the name's limit r.limit: limit+1 older keys
+		// are all that can count.
+		q.holds, q.next, _, q.err = r.weigh([]byte(val), older, len(older) > r.limit)
+		return q, nil
+	}
 	q.holds, q.next = r.judge(older)
 	if r.check != nil {
 		q.err = r.check(older)
@@ -464,8 +479,20 @@ type judgement struct {
 // if the key is gone or was replaced, and r's check's error if the older
 // keys refuse it.
 func judge(ctx context.Context, s *Session, r rule, key string, rev int64) (judgement, error) {
+	j, more, err := judgeOnce(ctx, s, r, key, rev, int64(r.limit)+1)
+	if more {
+		// The name's limit grew past the one read with: read every older
+		// key (a read without a limit is never truncated).
+		j, _, err = judgeOnce(ctx, s, r, key, rev, 0)
+	}
+	return j, err
+}
+
+// judgeOnce is one read of judge, of at most limit older keys (0: all of
+// them). more says that r.weigh asks for every older key.
+func judgeOnce(ctx context.Context, s *Session, r rule, key string, rev, limit int64) (judgement, bool, error) {
 	older := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-		clientv3.WithLimit(int64(r.limit) + 1), clientv3.WithMaxCreateRev(rev - 1)}
+		clientv3.WithLimit(limit), clientv3.WithMaxCreateRev(rev - 1)}
 	ops := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(r.over, older...)}
 	if r.foreign != "" {
 		ops = append(ops, clientv3.OpGet(r.pfx, clientv3.WithRange(r.foreign), clientv3.WithMaxCreateRev(rev-1), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
@@ -476,25 +503,33 @@ func judge(ctx context.Context, s *Session, r rule, key string, rev int64) (judg
 		return err
 	})
 	if err != nil {
-		return judgement{}, err
+		return judgement{}, false, err
 	}
 	own := resp.Responses[0].GetResponseRange().Kvs
 	if len(own) == 0 || own[0].CreateRevision != rev {
 		s.check()
-		return judgement{}, fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key)
+		return judgement{}, false, fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key)
 	}
 	kvs := resp.Responses[1].GetResponseRange().Kvs
+	j := judgement{hdr: resp.Header}
+	if r.weigh != nil {
+		holds, next, more, err := r.weigh(own[0].Value, kvs, limit > 0 && int64(len(kvs)) == limit)
+		if err != nil || more {
+			return judgement{}, more && err == nil, err
+		}
+		j.holds, j.next = holds, next
+		return j, false, nil
+	}
 	if r.check != nil {
 		if err := r.check(kvs); err != nil {
-			return judgement{}, err
+			return judgement{}, false, err
 		}
 	}
 	if r.foreign != "" {
 		if f := resp.Responses[2].GetResponseRange().Kvs; len(f) > 0 {
-			return judgement{}, fmt.Errorf("%w: %q", ErrLockKind, f[0].Key)
+			return judgement{}, false, fmt.Errorf("%w: %q", ErrLockKind, f[0].Key)
 		}
 	}
-	j := judgement{hdr: resp.Header}
 	j.holds, j.next = r.judge(kvs)
-	return j, nil
+	return j, false, nil
 }

@@ -52,6 +52,11 @@ type target struct {
 	create, mod int64 // the key's create and mod revisions when last read
 	onPut       bool  // a new value ends the wait too
 	over        string
+	// wake, with over, is a key (the waiter's own) whose new value ends
+	// the range wait too: a Semaphore's resize rewrites every key of the
+	// name (see Semaphore.SetLimit), and a larger limit may let the
+	// first waiter in with no deletion.
+	wake string
 }
 
 // waitDeletes blocks until key, created at rev, holds by rule r, and
@@ -74,7 +79,7 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 		switch {
 		case next.over != "":
 			over := next.over
-			judged, err = waitRange(ctx, s, over, seenRev, &wb, func() (bool, int64, error) {
+			judged, err = waitRange(ctx, s, over, next.wake, seenRev, &wb, func() (bool, int64, error) {
 				var err error
 				if j, err = judge(ctx, s, r, key, rev); err != nil {
 					return false, 0, err
@@ -186,7 +191,7 @@ func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *ba
 }
 
 // waitRange blocks until a key under prefix over is deleted after revision
-// seenRev. Like watchDelete it watches from the server's current revision,
+// seenRev, or key wake (if not "") is written after it. Like watchDelete it watches from the server's current revision,
 // which etcd serves at once (a watch from an older revision is served from
 // etcd's "unsynced" set, up to 100 ms late). If that revision is past
 // seenRev, a deletion in between may have been missed: with the watch
@@ -198,8 +203,11 @@ func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *ba
 // reads after). It returns ctx.Err() when ctx ends, and the error of check
 // or of the watch when waiting cannot fix it; after a transient failure of
 // either it waits (b) and returns, for the caller to read again.
-func waitRange(ctx context.Context, s *Session, over string, seenRev int64, b *backoff, check func() (stop bool, seen int64, err error)) (checked bool, err error) {
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()}
+func waitRange(ctx context.Context, s *Session, over, wake string, seenRev int64, b *backoff, check func() (stop bool, seen int64, err error)) (checked bool, err error) {
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if wake == "" {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
 	err = watchUntil(ctx, s.client, s.live(), over, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if missed(wr, seenRev) {
 			stop, seen, err := check()
@@ -211,8 +219,9 @@ func waitRange(ctx context.Context, s *Session, over string, seenRev int64, b *b
 		}
 		for _, ev := range wr.Events {
 			// A member behind the read at seenRev replays what the read
-			// already showed: only a deletion after it counts.
-			if ev.Kv.ModRevision > seenRev {
+			// already showed: only a deletion (or a write of wake) after
+			// it counts.
+			if ev.Kv.ModRevision > seenRev && (ev.Type == mvccpb.DELETE || string(ev.Kv.Key) == wake) {
 				return true, nil
 			}
 		}

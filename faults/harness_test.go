@@ -251,7 +251,7 @@ func startWatch(t *testing.T, cli *clientv3.Client, pfx string, from int64) *wat
 				wl, _, _ := strings.Cut(strings.TrimPrefix(key, pfx), "/")
 				name := pfx + wl
 				w.events[name] = append(w.events[name], hc.KeyEvent{Key: key, Delete: ev.Type == clientv3.EventTypeDelete,
-					Rev: ev.Kv.ModRevision, CreateRev: ev.Kv.CreateRevision, Lease: ev.Kv.Lease})
+					Rev: ev.Kv.ModRevision, CreateRev: ev.Kv.CreateRevision, Lease: ev.Kv.Lease, Value: string(ev.Kv.Value)})
 				w.lastEvent = ev.Kv.ModRevision
 			}
 			w.rev = max(w.rev, wr.Header.Revision)
@@ -398,6 +398,9 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 			hc.CheckTerms(rep, name, byWorkload[wl])
 		case "semaphore":
 			hc.CheckShared(rep, name, byWorkload[wl], tl, hc.SemaphoreRule(semLimit))
+		case "wsemaphore":
+			hc.CheckShared(rep, name, byWorkload[wl], tl, hc.WeightedSemaphoreRule())
+			logFails(r.t, wl, byWorkload[wl])
 		case "rwmutex":
 			hc.CheckShared(rep, name, byWorkload[wl], tl, hc.RWMutexRule())
 		default:
@@ -434,6 +437,23 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 	}
 	res.elapsed, res.version = elapsed, r.version(ctx)
 	return res
+}
+
+// logFails logs why the acquisitions of workload wl failed, by error (its
+// text up to the second ": ", which names the sentinel without the key or
+// lease): for wsemaphore, mostly ErrLimitMismatch after another client's
+// resize, and the faults' timeouts and session ends.
+func logFails(t *testing.T, wl string, ops []hc.Op) {
+	n := map[string]int{}
+	for _, op := range ops {
+		if op.F == hc.FLock && op.Type == hc.Fail {
+			parts := strings.SplitN(op.Err, ": ", 3)
+			n[strings.Join(parts[:min(len(parts), 2)], ": ")]++
+		}
+	}
+	for err, k := range n {
+		t.Logf("%s: %d acquisitions failed with %q", wl, k, err)
+	}
 }
 
 // semLimit and errNoSlot are the semaphore workload's limit and the error

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency"
@@ -19,6 +21,16 @@ import (
 func acquireAsync(t *testing.T, ctx context.Context, m *concurrency.Semaphore) <-chan error {
 	t.Helper()
 	return async(t, func() error { return m.Acquire(ctx) })
+}
+
+// raiseTo raises most to n if n is larger.
+func raiseTo(most *atomic.Int64, n int64) {
+	for {
+		old := most.Load()
+		if n <= old || most.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // Never more than limit holders, and everyone gets a turn.
@@ -39,13 +51,7 @@ func TestSemaphoreLimit(t *testing.T) {
 			defer wg.Done()
 			for range rounds {
 				err := m.Do(ctx, func(context.Context) error {
-					n := inside.Add(1)
-					for {
-						old := most.Load()
-						if n <= old || most.CompareAndSwap(old, n) {
-							break
-						}
-					}
+					raiseTo(&most, inside.Add(1))
 					// Hold until another holder is inside, or 250 ms: only
 					// the first waiter watches the name's deletions, so
 					// free permits are taken one handoff after another;
@@ -66,11 +72,19 @@ func TestSemaphoreLimit(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if most.Load() > limit {
-		t.Fatalf("%d holders at once, limit %d", most.Load(), limit)
+	checkMost(t, pfx, most.Load(), limit, 2)
+}
+
+// checkMost fails the test if most permits were held at once, more than
+// limit, or fewer than least (the holders did not overlap), or if keys
+// are left under pfx.
+func checkMost(t *testing.T, pfx string, most, limit, least int64) {
+	t.Helper()
+	if most > limit {
+		t.Fatalf("%d permits held at once, limit %d", most, limit)
 	}
-	if most.Load() < 2 {
-		t.Errorf("at most %d holder at once: the semaphore did not let holders in together", most.Load())
+	if most < least {
+		t.Errorf("at most %d permits held at once: holders did not overlap", most)
 	}
 	if n := len(etcdtest.Keys(t, sharedClient(t), pfx)); n != 0 {
 		t.Fatalf("%d keys left", n)
@@ -274,4 +288,535 @@ func TestSemaphoreWaiterEnds(t *testing.T) {
 	}
 	etcdtest.WaitKeys(t, c, pfx, 1)
 	holder.Release(t.Context())
+}
+
+// acquireNAsync runs m.AcquireN(ctx, n) in a goroutine that the test waits
+// for.
+func acquireNAsync(t *testing.T, ctx context.Context, m *concurrency.Semaphore, n int) <-chan error {
+	t.Helper()
+	return async(t, func() error { return m.AcquireN(ctx, n) })
+}
+
+// notYet fails the test if errc has answered.
+func notYet(t *testing.T, errc <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-errc:
+		t.Fatalf("%s returned (%v) before its turn", what, err)
+	default:
+	}
+}
+
+// semValues returns the values of the keys under pfx, oldest first.
+func semValues(t *testing.T, c *clientv3.Client, pfx string) []string {
+	t.Helper()
+	var vs []string
+	for _, kv := range etcdtest.Keys(t, c, pfx) {
+		vs = append(vs, string(kv.Value))
+	}
+	return vs
+}
+
+// Weighted holders of random weights never hold more than the limit
+// together, unit holders (Acquire) mix with them on the name, everyone
+// gets a turn, and nothing is left behind.
+func TestSemaphoreWeightedLimit(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	const limit, workers, rounds = 5, 10, 5
+	var inside, most atomic.Int64
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	for i := range workers {
+		c := etcdtest.NewClient(t, etcdtest.Endpoints()[i%3:i%3+1])
+		m := concurrency.NewSemaphore(newSession(t, c), pfx, limit)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				n := 1 + (i+r)%3 // 1, 2 or 3 permits; worker 0's first is unit
+				var err error
+				if n == 1 && i%2 == 0 {
+					err = m.Acquire(ctx)
+				} else {
+					err = m.AcquireN(ctx, n)
+				}
+				if err != nil {
+					t.Errorf("worker %d: %v", i, err)
+					return
+				}
+				if m.Weight() != n {
+					t.Errorf("worker %d: Weight() = %d, acquired %d", i, m.Weight(), n)
+				}
+				raiseTo(&most, inside.Add(int64(n)))
+				// Hold until someone else is inside too, or 250 ms (see
+				// TestSemaphoreLimit).
+				deadline := time.Now().Add(250 * time.Millisecond)
+				for inside.Load() == int64(n) && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+				inside.Add(-int64(n))
+				if err := m.Release(ctx); err != nil {
+					t.Errorf("worker %d: Release: %v", i, err)
+					return
+				}
+				if m.Weight() != 0 {
+					t.Errorf("worker %d: Weight() = %d after Release", i, m.Weight())
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	checkMost(t, pfx, most.Load(), limit, 3)
+}
+
+// Strict FIFO, as golang.org/x/sync/semaphore.Weighted: a request that does
+// not fit blocks the smaller ones behind it, which would fit; a request as
+// large as the limit is not starved by unit requests queued after it. The
+// weights are in etcd, and Inspect shows them.
+func TestSemaphoreWeightedFIFO(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	const limit = 4
+	sem := func() *concurrency.Semaphore { return concurrency.NewSemaphore(newSession(t, c), pfx, limit) }
+	a, b, d, e := sem(), sem(), sem(), sem()
+	if err := a.AcquireN(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	berr := acquireNAsync(t, t.Context(), b, 2) // does not fit: 3+2 > 4
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	// One permit is free, but b is first: a unit request waits behind it.
+	if err := sem().TryAcquire(t.Context()); !errors.Is(err, concurrency.ErrLocked) {
+		t.Fatalf("TryAcquire behind a waiting weight-2 request = %v, want ErrLocked", err)
+	}
+	derr := acquireNAsync(t, t.Context(), d, 4) // the whole limit
+	etcdtest.WaitKeys(t, c, pfx, 3)
+	eerr := acquireNAsync(t, t.Context(), e, 1)
+	etcdtest.WaitKeys(t, c, pfx, 4)
+	if got, want := semValues(t, c, pfx), []string{"4/3", "4/2", "4/4", "4"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("values %q, want %q", got, want)
+	}
+	q, err := concurrency.Inspect(t.Context(), c, pfx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range []struct{ weight int }{{3}, {2}, {4}, {1}} {
+		k := q.Keys[i]
+		if k.Kind != concurrency.KindSemaphore || k.Limit != limit || k.Weight != w.weight || k.Holds != (i == 0) {
+			t.Errorf("Inspect key %d = kind %v limit %d weight %d holds %v; want semaphore, %d, %d, %v", i, k.Kind, k.Limit, k.Weight, k.Holds, limit, w.weight, i == 0)
+		}
+	}
+	notYet(t, berr, "the weight-2 request")
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, berr, "the weight-2 request"); err != nil {
+		t.Fatal(err)
+	}
+	// 2 held, 2 free: the unit request behind the weight-4 one would fit,
+	// but waits its turn.
+	notYet(t, derr, "the weight-4 request")
+	notYet(t, eerr, "the unit request behind the weight-4 one")
+	if err := b.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, derr, "the weight-4 request"); err != nil {
+		t.Fatal(err)
+	}
+	if d.Weight() != 4 {
+		t.Fatalf("Weight() = %d, want 4", d.Weight())
+	}
+	notYet(t, eerr, "the unit request")
+	if err := d.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, eerr, "the unit request"); err != nil {
+		t.Fatal(err)
+	}
+	e.Release(t.Context())
+	etcdtest.WaitKeys(t, c, pfx, 0)
+}
+
+// Bad weights are refused before anything is written, and the limit guard
+// keeps its promise with weighted keys on the name: a Semaphore with any
+// other limit is refused without writing, whatever the digits (the guard
+// compares values as bytes).
+func TestSemaphoreWeightedRefused(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	s := newSession(t, c)
+	m := concurrency.NewSemaphore(s, pfx, 4)
+	for _, tc := range []struct {
+		n    int
+		want error
+	}{{0, concurrency.ErrInvalidWeight}, {-1, concurrency.ErrInvalidWeight}, {5, concurrency.ErrWeightExceedsLimit}} {
+		if err := m.AcquireN(t.Context(), tc.n); !errors.Is(err, tc.want) {
+			t.Errorf("AcquireN(%d) = %v, want %v", tc.n, err, tc.want)
+		}
+		if err := m.TryAcquireN(t.Context(), tc.n); !errors.Is(err, tc.want) {
+			t.Errorf("TryAcquireN(%d) = %v, want %v", tc.n, err, tc.want)
+		}
+	}
+	if err := concurrency.NewSemaphore(nil, pfx, 4).AcquireN(t.Context(), 2); !errors.Is(err, concurrency.ErrNilSession) {
+		t.Errorf("AcquireN on a nil session = %v, want ErrNilSession", err)
+	}
+	if err := concurrency.NewSemaphore(s, pfx, 0).TryAcquireN(t.Context(), 1); !errors.Is(err, concurrency.ErrInvalidLimit) {
+		t.Errorf("TryAcquireN with limit 0 = %v, want ErrInvalidLimit", err)
+	}
+	if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
+		t.Fatalf("%d keys after refused weights", n)
+	}
+	if err := m.AcquireN(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, lim := range []int{1, 3, 5, 40, 41, 44, 400} {
+		err := concurrency.NewSemaphore(newSession(t, c), pfx, lim).TryAcquire(t.Context())
+		if !errors.Is(err, concurrency.ErrLimitMismatch) {
+			t.Errorf("limit %d on a name of limit 4 = %v, want ErrLimitMismatch", lim, err)
+		}
+	}
+	// An earlier version's Semaphore compares every value with its limit:
+	// the weighted key refuses it. Its guard, by hand:
+	resp, err := c.Txn(t.Context()).If(clientv3.Compare(clientv3.Value(pfx+"/"), "=", "4").WithPrefix()).
+		Then(clientv3.OpPut(pfx+"/1-1", "4")).Commit()
+	if err != nil || resp.Succeeded {
+		t.Fatalf("an earlier version's guard passed (%v) with a weighted key on the name", err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[4/2]" {
+		t.Fatalf("values %q after refusals, want only [4/2]", got)
+	}
+	// A unit holder with the same limit joins.
+	u := concurrency.NewSemaphore(newSession(t, c), pfx, 4)
+	if err := u.TryAcquire(t.Context()); err != nil {
+		t.Fatalf("unit TryAcquire beside a weight-2 holder = %v", err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[4/2 4]" {
+		t.Fatalf("values %q, want [4/2 4]", got)
+	}
+	u.Release(t.Context())
+	m.Release(t.Context())
+}
+
+// A larger limit lets waiters in at once, with no holder leaving: a waiter
+// behind a single holder (which watches that key) and a first waiter
+// behind several holders (which watches the name's range and its own key).
+// The new limit is in every key, and Semaphores granted under it learn it.
+func TestSemaphoreSetLimitGrow(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	sem := func(lim int) *concurrency.Semaphore { return concurrency.NewSemaphore(newSession(t, c), pfx, lim) }
+	a, b := sem(1), sem(1)
+	if err := a.Acquire(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	berr := acquireAsync(t, t.Context(), b)
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	// b waits behind one holder: 1 -> 2 lets it in.
+	if err := sem(1).SetLimit(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, berr, "the waiter behind one holder"); err != nil {
+		t.Fatal(err)
+	}
+	if b.Limit() != 2 {
+		t.Errorf("b granted under limit 2 has Limit() %d", b.Limit())
+	}
+	// Two holders, a first waiter of weight 2 and one behind it, which
+	// know the name's limit.
+	w1, w2 := sem(2), sem(2)
+	w1err := acquireNAsync(t, t.Context(), w1, 2)
+	etcdtest.WaitKeys(t, c, pfx, 3)
+	w2err := acquireAsync(t, t.Context(), w2)
+	etcdtest.WaitKeys(t, c, pfx, 4)
+	notYet(t, w1err, "the first waiter")
+	if err := sem(1).SetLimit(t.Context(), 3); err != nil { // a stale limit may resize
+		t.Fatalf("SetLimit(3) = %v", err)
+	}
+	// 2 held + 2 > 3: still waiting; 4 lets w1 in, then w2 waits (5 > 4).
+	notYet(t, w1err, "the first waiter under limit 3")
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[3 3 3/2 3]" {
+		t.Fatalf("values after SetLimit(3) = %q", got)
+	}
+	if err := a.SetLimit(t.Context(), 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, w1err, "the first waiter under limit 4"); err != nil {
+		t.Fatal(err)
+	}
+	notYet(t, w2err, "the waiter behind (5 permits > 4)")
+	if err := a.SetLimit(t.Context(), 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, w2err, "the last waiter under limit 5"); err != nil {
+		t.Fatal(err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[5 5 5/2 5]" {
+		t.Fatalf("values after SetLimit(5) = %q", got)
+	}
+	for _, m := range []*concurrency.Semaphore{a, b, w1, w2} {
+		if err := m.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A smaller limit ends no hold: holders beyond it keep their permits (their
+// contexts live, their guarded writes commit) and new grants wait until the
+// holders fit. A client with the old limit is refused without writing; a
+// limit below a key's weight, or another kind of lock's name, is refused and
+// changes nothing.
+func TestSemaphoreSetLimitShrink(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	sem := func(lim int) *concurrency.Semaphore { return concurrency.NewSemaphore(newSession(t, c), pfx, lim) }
+	hs := []*concurrency.Semaphore{sem(4), sem(4), sem(4)}
+	for i, m := range hs {
+		if err := m.AcquireN(t.Context(), 1+i%2); err != nil { // weights 1, 2, 1
+			t.Fatal(err)
+		}
+	}
+	ctxs := []context.Context{hs[0].Ctx(), hs[1].Ctx(), hs[2].Ctx()}
+	if err := hs[0].SetLimit(t.Context(), 1); !errors.Is(err, concurrency.ErrWeightExceedsLimit) {
+		t.Fatalf("SetLimit below a holder's weight = %v, want ErrWeightExceedsLimit", err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[4 4/2 4]" {
+		t.Fatalf("values after a refused SetLimit = %q", got)
+	}
+	if err := hs[0].SetLimit(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[2 2/2 2]" {
+		t.Fatalf("values after SetLimit(2) = %q", got)
+	}
+	// 4 permits held under a limit of 2: every hold goes on.
+	for i, m := range hs {
+		if ctxs[i].Err() != nil {
+			t.Fatalf("holder %d lost its hold to the shrink: %v", i, context.Cause(ctxs[i]))
+		}
+		if _, err := m.Txn(t.Context()).Then(clientv3.OpPut(pfx+"-data", fmt.Sprint(i))).Commit(); err != nil {
+			t.Fatalf("holder %d's guarded write after the shrink: %v", i, err)
+		}
+	}
+	// The old limit is refused, writing nothing.
+	if err := sem(4).TryAcquire(t.Context()); !errors.Is(err, concurrency.ErrLimitMismatch) {
+		t.Fatalf("TryAcquire with the old limit = %v, want ErrLimitMismatch", err)
+	}
+	w := sem(2)
+	werr := acquireAsync(t, t.Context(), w)
+	etcdtest.WaitKeys(t, c, pfx, 4)
+	// Holders leave one by one; w fits only when 1 permit is held.
+	if err := hs[0].Release(t.Context()); err != nil { // 3 held
+		t.Fatal(err)
+	}
+	if err := hs[2].Release(t.Context()); err != nil { // 2 held (hs[1], weight 2)
+		t.Fatal(err)
+	}
+	// w's wait ended with hs[2]'s release (its predecessor), and it
+	// judged again: 2 + 1 > 2, it waits on. A grant would come within
+	// milliseconds; give it half a second to show.
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	select {
+	case err := <-werr:
+		t.Fatalf("the waiter returned (%v) while 2 permits are held under limit 2", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := hs[1].Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, werr, "the waiter once the holders fit"); err != nil {
+		t.Fatal(err)
+	}
+	w.Release(t.Context())
+
+	mutexName := pfx + "-mutex"
+	mu := concurrency.NewMutex(newSession(t, c), mutexName)
+	if err := mu.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := concurrency.NewSemaphore(newSession(t, c), mutexName, 2).SetLimit(t.Context(), 3); !errors.Is(err, concurrency.ErrLockKind) {
+		t.Fatalf("SetLimit on a Mutex's name = %v, want ErrLockKind", err)
+	}
+	mu.Unlock(t.Context())
+	for _, n := range []int{0, -1} {
+		if err := w.SetLimit(t.Context(), n); !errors.Is(err, concurrency.ErrInvalidLimit) {
+			t.Errorf("SetLimit(%d) = %v, want ErrInvalidLimit", n, err)
+		}
+	}
+	// On a free name, SetLimit sets only the caller's limit.
+	if err := w.SetLimit(t.Context(), 7); err != nil || w.Limit() != 7 {
+		t.Fatalf("SetLimit on a free name = %v, Limit() %d", err, w.Limit())
+	}
+}
+
+// Resizes from several clients at once, while weighted holders come and
+// go: every read of the name sees one limit in all its keys (a resize is
+// never seen half done), the permits held never exceed the largest limit
+// set.
+func TestSemaphoreSetLimitConcurrent(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	const top = 4
+	var inside, most atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	// Holders, each following the limit it is granted under.
+	for i := range 4 {
+		s := newSession(t, etcdtest.NewClient(t, etcdtest.Endpoints()[i%3:i%3+1]))
+		m := concurrency.NewSemaphore(s, pfx, top)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < 40; r++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n := 1 + (i+r)%2
+				err := m.AcquireN(ctx, n)
+				if errors.Is(err, concurrency.ErrLimitMismatch) {
+					// Resized since: learn the name's limit, as a client would.
+					q, qerr := concurrency.Inspect(ctx, c, pfx)
+					if qerr != nil {
+						t.Error(qerr)
+						return
+					}
+					lim := top
+					if len(q.Keys) > 0 {
+						lim = q.Keys[0].Limit
+					}
+					m = concurrency.NewSemaphore(s, pfx, lim)
+					continue
+				}
+				if err != nil {
+					t.Errorf("holder %d: %v", i, err)
+					return
+				}
+				raiseTo(&most, inside.Add(int64(n)))
+				time.Sleep(5 * time.Millisecond)
+				inside.Add(-int64(n))
+				if err := m.Release(ctx); err != nil {
+					t.Errorf("holder %d: Release: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	// Resizers: each sets 2, 3 and 4 in turn, on a Semaphore of its own.
+	var rg sync.WaitGroup
+	for i := range 3 {
+		r := concurrency.NewSemaphore(newSession(t, c), pfx, top)
+		rg.Add(1)
+		go func() {
+			defer rg.Done()
+			for k := range 12 {
+				n := 2 + (i+k)%3
+				if err := r.SetLimit(ctx, n); err != nil {
+					t.Errorf("resizer %d: SetLimit(%d): %v", i, n, err)
+					return
+				}
+			}
+		}()
+	}
+	// Meanwhile, every read shows one limit.
+	reads, mixed := 0, 0
+	done := make(chan struct{})
+	go func() { rg.Wait(); close(done) }()
+	for running := true; running && reads < 100000; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		limits := map[string]bool{}
+		for _, v := range semValues(t, c, pfx) {
+			l, _, _ := strings.Cut(v, "/")
+			limits[l] = true
+		}
+		reads++
+		if len(limits) > 1 {
+			mixed++
+			t.Errorf("one read shows limits %v", limits)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if most.Load() > top {
+		t.Fatalf("%d permits held at once; the largest limit set is %d", most.Load(), top)
+	}
+	t.Logf("%d reads during the resizes, %d mixed; at most %d permits held", reads, mixed, most.Load())
+	if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
+		t.Fatalf("%d keys left", n)
+	}
+}
+
+// resizeTxn matches Semaphore.SetLimit's rewrite: a transaction that puts
+// values on keys, keeping their leases.
+func resizeTxn(tr *pb.TxnRequest) bool {
+	for _, op := range tr.Success {
+		if p := op.GetRequestPut(); p != nil && p.IgnoreLease && !p.IgnoreValue {
+			return true
+		}
+	}
+	return false
+}
+
+// A resize whose rewrite is held back while a waiter with the old limit
+// enqueues and a holder's lease is revoked: the rewrite must not commit on
+// the stale read (the new waiter would keep the old limit beside the new
+// one, and be refused); SetLimit reads again and rewrites every key, the
+// new waiter's too, which the larger limit then lets in.
+func TestSemaphoreSetLimitRace(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	g := newGate(resizeTxn)
+	rc := sharedClient(t, g.option)
+	sem := func(lim int) (*concurrency.Semaphore, *concurrency.Session) {
+		s := newSession(t, c)
+		return concurrency.NewSemaphore(s, pfx, lim), s
+	}
+	a, _ := sem(2)
+	b, bs := sem(2)
+	cw, _ := sem(2)
+	d, _ := sem(2)
+	for _, m := range []*concurrency.Semaphore{a, b} {
+		if err := m.Acquire(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cerr := acquireAsync(t, t.Context(), cw)
+	etcdtest.WaitKeys(t, c, pfx, 3)
+
+	g.armed.Store(true)
+	r := concurrency.NewSemaphore(newSession(t, rc), pfx, 2)
+	rerr := async(t, func() error { return r.SetLimit(t.Context(), 3) })
+	caught(t, g, "the resize's rewrite") // based on a read of a, b and cw
+	derr := acquireAsync(t, t.Context(), d)
+	etcdtest.WaitKeys(t, c, pfx, 4)
+	if _, err := c.Revoke(t.Context(), bs.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, cerr, "cw after b's lease went"); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitKeys(t, c, pfx, 3)
+	notYet(t, derr, "d (3 permits of 2 before the resize)")
+	g.armed.Store(false)
+	close(g.open)
+	if err := within(t, 10*time.Second, rerr, "SetLimit"); err != nil {
+		t.Fatalf("SetLimit = %v", err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[3 3 3]" {
+		t.Fatalf("values after the resize = %q, want every key at 3", got)
+	}
+	if err := within(t, 10*time.Second, derr, "d under limit 3"); err != nil {
+		t.Fatalf("d: %v", err)
+	}
+	for _, m := range []*concurrency.Semaphore{a, cw, d} {
+		if err := m.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -163,7 +163,7 @@ func TestHelp(t *testing.T) {
 	}
 	out, _ = expectRun(t, 10*time.Second, 0, nil, []string{"lock", "--help"})
 	for _, want := range []string{"ETCD_LOCK_KEY", "ETCD_LOCK_REV", "--kill-grace", "--try", "--timeout", "--ttl", "122", "123", "124", "SIGKILL",
-		"process group", "--foreground", "-n, --limit", "-q, --quiet", "/healthz"} {
+		"process group", "--foreground", "-n, --limit", "--weight", "-q, --quiet", "/healthz"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("etcdlock lock --help does not mention %q", want)
 		}

@@ -38,8 +38,9 @@ NAME/<lease> (a Mutex, etcdctl lock, or an election's candidate: the same
 keys), "semaphore/N" for NAME/<lease>-<seq> with limit N, "reader" and
 "writer" for NAME/r/... and NAME/w/... of a reader/writer lock. A key holds
 by the rule of its kind: a mutex key or a writer when it is the oldest, a
-semaphore key when it is among the N oldest, a reader when no writer is
-older. POSITION is "holder" for a key that holds, else its place among the
+semaphore key when the weights of the older keys and its own add up to at
+most the limit N (a weight is 1 unless lock --weight set it), a reader when
+no writer is older. POSITION is "holder" for a key that holds, else its place among the
 waiters.
 
 --json prints one object for scripts:
@@ -47,7 +48,7 @@ waiters.
    "mixed", or "" when free), "holder": the oldest holder, ENTRY or null,
    "holders": [ENTRY...], "waiters": [ENTRY...]}
   ENTRY: {"key", "kind" ("mutex", "semaphore", "reader", "writer", "other"),
-          "limit" (semaphore), "holds", "lease" (hex), "ttl_seconds" (-1:
+          "limit" and "weight" (semaphore), "holds", "lease" (hex), "ttl_seconds" (-1:
           lease gone), "create_revision", "position" (0: holder, 1: next
           waiter...), "value" (if not etcdlock's), "host", "pid", "label",
           "waiting_since", "held_since", "waited_seconds", "held_seconds"}
@@ -97,6 +98,7 @@ type entryState struct {
 	Key            string     `json:"key"`
 	Kind           string     `json:"kind"`
 	Limit          int        `json:"limit,omitempty"`
+	Weight         int        `json:"weight,omitempty"`
 	Holds          bool       `json:"holds"`
 	Lease          string     `json:"lease"`
 	TTL            int64      `json:"ttl_seconds"`
@@ -123,7 +125,7 @@ func inspect(ctx context.Context, conn *connFlags, cli *clientv3.Client, name st
 	now := time.Now()
 	st := &lockState{Name: name, Prefix: lockPrefix(name), Revision: rev, Kind: queueKind(q), Holders: []*entryState{}, Waiters: []*entryState{}}
 	for _, e := range q {
-		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: e.TTL, CreateRevision: e.Rev}
+		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Weight: e.Weight, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: e.TTL, CreateRevision: e.Rev}
 		if m := e.Meta; m != nil {
 			es.WaitingSince = &m.WaitingSince
 			if !m.HeldSince.IsZero() {
@@ -167,7 +169,11 @@ func (st *lockState) print(w io.Writer) {
 	case st.Kind == kindMutex:
 		fmt.Fprintf(w, "lock %q is held, %d waiting (revision %d)\n", st.Name, len(st.Waiters), st.Revision)
 	case st.Kind == kindSemaphore:
-		fmt.Fprintf(w, "semaphore %q (limit %d): %d of its permits held, %d waiting (revision %d)\n", st.Name, append(st.Holders, st.Waiters...)[0].Limit, len(st.Holders), len(st.Waiters), st.Revision)
+		held := 0
+		for _, e := range st.Holders {
+			held += e.Weight
+		}
+		fmt.Fprintf(w, "semaphore %q (limit %d): %d of its permits held by %d holders, %d waiting (revision %d)\n", st.Name, append(st.Holders, st.Waiters...)[0].Limit, held, len(st.Holders), len(st.Waiters), st.Revision)
 	case st.Kind == "rwmutex" && st.Holder != nil && st.Holder.Kind == kindWriter:
 		fmt.Fprintf(w, "reader/writer lock %q is held by a writer, %d waiting (revision %d)\n", st.Name, len(st.Waiters), st.Revision)
 	case st.Kind == "rwmutex":
@@ -192,7 +198,8 @@ func (st *lockState) print(w io.Writer) {
 		}
 		kind, value := e.Kind, e.Value
 		if kind == kindSemaphore {
-			kind, value = fmt.Sprintf("semaphore/%d", e.Limit), "" // the value is the limit
+			// The value is the limit and the weight.
+			kind, value = fmt.Sprintf("semaphore/%d", e.Limit), fmt.Sprintf("weight=%d", e.Weight)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			pos, e.Key, e.Lease, ttl, e.CreateRevision, age(e.Waited), age(e.Held), pid,

@@ -150,6 +150,45 @@ func TestLockLimitRefused(t *testing.T) {
 	etcdtest.WaitKeys(t, c, pfx, 0)
 }
 
+// lock --limit 3 --weight 2 holds two of the three permits: its key's value
+// says so, another --weight 2 is busy while a unit lock fits beside it,
+// inspect shows the weights, and bad weights are usage errors that write
+// nothing.
+func TestLockWeight(t *testing.T) {
+	pfx := begin(t)
+	c := sharedClient(t)
+	for _, tc := range []struct{ args []string }{
+		{[]string{"--limit", "3", "--weight", "0"}},
+		{[]string{"--limit", "3", "--weight", "4"}},
+		{[]string{"--weight", "2"}},
+	} {
+		expectRun(t, 10*time.Second, exitUsage, nil, append(append([]string{"lock"}, tc.args...), pfx, "--", "echo", "ran"), "--weight")
+	}
+	if n := len(etcdtest.Keys(t, c, pfx)); n != 0 {
+		t.Fatalf("%d keys after usage errors", n)
+	}
+	heavy := start(t, nil, "lock", "--limit", "3", "--weight", "2", pfx)
+	key := heavy.firstLine()
+	if kvs := etcdtest.Keys(t, c, pfx); len(kvs) != 1 || string(kvs[0].Key) != key || string(kvs[0].Value) != "3/2" {
+		t.Fatalf("keys %v, want %s = \"3/2\"", kvs, key)
+	}
+	expectRun(t, 10*time.Second, exitBusy, nil, []string{"lock", "--try", "--limit", "3", "--weight", "2", pfx, "--", "echo", "ran"}, "busy")
+	out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"lock", "--try", "--limit", "3", pfx, "--", "echo", "ran"})
+	if out != "ran\n" {
+		t.Fatalf("a unit lock beside weight 2 of 3 printed %q, want ran", out)
+	}
+	st := inspectJSON(t, pfx)
+	if len(st.Holders) != 1 || st.Holders[0].Weight != 2 || st.Holders[0].Limit != 3 {
+		t.Fatalf("inspect: %+v, want one holder of weight 2 of limit 3", st.Holders)
+	}
+	text, _ := expectRun(t, 10*time.Second, 0, nil, []string{"inspect", pfx})
+	if !strings.Contains(text, "limit 3): 2 of its permits held by 1 holders") || !strings.Contains(text, "weight=2") {
+		t.Fatalf("inspect printed:\n%s", text)
+	}
+	heavy.release()
+	etcdtest.WaitKeys(t, c, pfx, 0)
+}
+
 // Two lock --shared run their commands at once; lock --exclusive waits for
 // both, and a --shared that comes after it waits for it; plain lock on the
 // name is refused and points at --exclusive.
@@ -235,7 +274,7 @@ func TestInspectKinds(t *testing.T) {
 			t.Fatalf("inspect: %+v, want a semaphore with 2 holders and 1 waiter", st)
 		}
 		for i, e := range append(st.Holders, st.Waiters...) {
-			if e.Key != string(kvs[i].Key) || e.Kind != "semaphore" || e.Limit != 2 || e.Holds != (i < 2) || e.CreateRevision != kvs[i].CreateRevision || e.Lease != fmt.Sprintf("%x", kvs[i].Lease) {
+			if e.Key != string(kvs[i].Key) || e.Kind != "semaphore" || e.Limit != 2 || e.Weight != 1 || e.Holds != (i < 2) || e.CreateRevision != kvs[i].CreateRevision || e.Lease != fmt.Sprintf("%x", kvs[i].Lease) {
 				t.Errorf("entry %d = %+v, want %s, a semaphore key of limit 2, holds %v", i, e, kvs[i].Key, i < 2)
 			}
 			// Who holds comes from the session's owner record: the key's
@@ -252,13 +291,13 @@ func TestInspectKinds(t *testing.T) {
 		out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"inspect", pfx})
 		t.Logf("inspect %s:\n%s", pfx, out)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if len(lines) != 5 || !strings.Contains(lines[0], "limit 2): 2 of its permits held, 1 waiting") {
+		if len(lines) != 5 || !strings.Contains(lines[0], "limit 2): 2 of its permits held by 2 holders, 1 waiting") {
 			t.Fatalf("inspect printed:\n%s", out)
 		}
 		for i, want := range []string{"holder", "holder", "1"} {
 			f := strings.Fields(lines[2+i])
-			if f[0] != want || f[1] != string(kvs[i].Key) || f[7] != fmt.Sprint(ps[i].cmd.Process.Pid) || f[len(f)-2] != "semaphore/2" || f[len(f)-1] != "-" {
-				t.Errorf("row %d = %q, want %s %s ... pid %d ... semaphore/2 -", i, lines[2+i], want, kvs[i].Key, ps[i].cmd.Process.Pid)
+			if f[0] != want || f[1] != string(kvs[i].Key) || f[7] != fmt.Sprint(ps[i].cmd.Process.Pid) || f[len(f)-2] != "semaphore/2" || f[len(f)-1] != "weight=1" {
+				t.Errorf("row %d = %q, want %s %s ... pid %d ... semaphore/2 weight=1", i, lines[2+i], want, kvs[i].Key, ps[i].cmd.Process.Pid)
 			}
 			if waited, held := f[5], f[6]; waited == "-" || (held == "-") == (want == "holder") {
 				t.Errorf("row %d = %q: WAITED %s HELD %s, want a wait, and a hold for a holder", i, lines[2+i], waited, held)

@@ -33,6 +33,8 @@ type lockOptions struct {
 	quiet       bool
 	limit       int    // --limit: a Semaphore with this many permits; 0 without the flag
 	setLimit    bool   // --limit was given (so that --limit 0 is refused)
+	weight      int    // --weight: how many of the semaphore's permits to hold; 1 without the flag
+	setWeight   bool   // --weight was given
 	shared      bool   // --shared: an RWMutex's read side
 	exclusive   bool   // --exclusive: an RWMutex's write side
 	metrics     string // --metrics-addr
@@ -54,10 +56,13 @@ type locker interface {
 	Ctx() context.Context
 }
 
-type semLocker struct{ *concurrency.Semaphore }
+type semLocker struct {
+	*concurrency.Semaphore
+	weight int
+}
 
-func (l semLocker) Lock(ctx context.Context) error    { return l.Acquire(ctx) }
-func (l semLocker) TryLock(ctx context.Context) error { return l.TryAcquire(ctx) }
+func (l semLocker) Lock(ctx context.Context) error    { return l.AcquireN(ctx, l.weight) }
+func (l semLocker) TryLock(ctx context.Context) error { return l.TryAcquireN(ctx, l.weight) }
 func (l semLocker) Unlock(ctx context.Context) error  { return l.Release(ctx) }
 
 type readLocker struct{ *concurrency.RWMutex }
@@ -69,6 +74,8 @@ func (l readLocker) Unlock(ctx context.Context) error  { return l.RUnlock(ctx) }
 // kind names what o locks, for messages.
 func (o *lockOptions) kind() string {
 	switch {
+	case o.setLimit && o.weight > 1:
+		return fmt.Sprintf("semaphore (limit %d, weight %d)", o.limit, o.weight)
 	case o.setLimit:
 		return fmt.Sprintf("semaphore (limit %d)", o.limit)
 	case o.shared:
@@ -83,7 +90,7 @@ func (o *lockOptions) kind() string {
 func (o *lockOptions) newLocker(s *concurrency.Session, name string) locker {
 	switch {
 	case o.setLimit:
-		return semLocker{concurrency.NewSemaphore(s, name, o.limit)}
+		return semLocker{concurrency.NewSemaphore(s, name, o.limit), max(o.weight, 1)}
 	case o.shared:
 		return readLocker{concurrency.NewRWMutex(s, name)}
 	case o.exclusive:
@@ -105,6 +112,10 @@ Kinds of lock, chosen by flags; one name is used by one kind at a time:
   --limit N, -n N  one of N permits of a semaphore: at most N holders at
                    once (like 'consul lock -n N'); keys NAME/<lease>-<seq>
                    whose value is N. Every user of NAME must give the same N
+  --weight W       with --limit: hold W of the N permits at once (W from 1
+                   to N; the key's value is then N/W). Permits go strictly
+                   in arrival order: a waiter that does not fit yet holds
+                   back the smaller ones behind it
   --shared         the read side of a reader/writer lock: any number of
                    --shared holders at once, none while an --exclusive holds
   --exclusive      the write side of the same reader/writer lock: alone
@@ -180,6 +191,7 @@ See 'etcdlock --help'.`,
 				return err
 			}
 			o.setLimit = cmd.Flags().Changed("limit")
+			o.setWeight = cmd.Flags().Changed("weight")
 			o.setConflict = cmd.Flags().Changed("conflict-exit-code")
 			o.quiet = conn.quiet
 			return o.run(conn, name, command, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -194,6 +206,7 @@ See 'etcdlock --help'.`,
 	o.signal = signalValue(syscall.SIGTERM)
 	f.VarP(&o.signal, "signal", "s", "after the lock is lost, send this signal (a name such as TERM, HUP, INT, USR1, or a number) to the command's process group, as timeout -s, then SIGKILL after --kill-grace")
 	f.IntVarP(&o.limit, "limit", "n", 0, "hold one of this many permits of a semaphore named NAME (at least 1)")
+	f.IntVar(&o.weight, "weight", 1, "with --limit: hold this many of the semaphore's permits at once (1 to --limit)")
 	f.BoolVar(&o.shared, "shared", false, "hold the read side of a reader/writer lock named NAME")
 	f.BoolVar(&o.exclusive, "exclusive", false, "hold the write side of a reader/writer lock named NAME")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
@@ -253,6 +266,12 @@ func (o *lockOptions) validate() error {
 		return usagef("--kill-grace must not be negative, not %v", o.killGrace)
 	case o.setLimit && o.limit < 1:
 		return withCode(exitUsage, fmt.Errorf("--limit must be at least 1, not %d: %w", o.limit, concurrency.ErrInvalidLimit))
+	case o.setWeight && !o.setLimit:
+		return usagef("--weight needs --limit")
+	case o.setWeight && o.weight < 1:
+		return withCode(exitUsage, fmt.Errorf("--weight must be at least 1, not %d: %w", o.weight, concurrency.ErrInvalidWeight))
+	case o.setWeight && o.weight > o.limit:
+		return withCode(exitUsage, fmt.Errorf("--weight %d is more than --limit %d: %w", o.weight, o.limit, concurrency.ErrWeightExceedsLimit))
 	case o.shared && o.exclusive:
 		return usagef("--shared and --exclusive cannot be used together")
 	case o.setLimit && (o.shared || o.exclusive):
@@ -667,7 +686,7 @@ func (o *lockOptions) kindAllowed(ctx context.Context, conn *connFlags, cli *cli
 		case (e.Kind == kindReader || e.Kind == kindWriter) && !rw:
 			return fmt.Errorf("lock %q is a reader/writer lock (key %s): use 'lock --exclusive' for its write side or 'lock --shared' for its read side: %w", name, e.Key, concurrency.ErrLockKind)
 		case e.Kind == kindSemaphore && !o.setLimit:
-			return fmt.Errorf("lock %q is a semaphore with limit %q (key %s): use 'lock --limit %s': %w", name, e.Value, e.Key, e.Value, concurrency.ErrLockKind)
+			return fmt.Errorf("lock %q is a semaphore with limit %d (key %s): use 'lock --limit %d': %w", name, e.Limit, e.Key, e.Limit, concurrency.ErrLockKind)
 		case e.Kind == kindMutex && (o.setLimit || rw):
 			return fmt.Errorf("lock %q is a mutex (key %s): use plain 'lock', without --limit, --shared or --exclusive: %w", name, e.Key, concurrency.ErrLockKind)
 		case e.Kind == kindOther:

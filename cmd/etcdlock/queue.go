@@ -31,6 +31,7 @@ type entry struct {
 	Owner       *concurrency.Owner // its session's owner record (concurrency.WithOwner); nil if none
 	Kind        string             // what kind of lock the key belongs to (concurrency.KeyKind's names)
 	Limit       int                // a semaphore's limit, from its value; 0 for other kinds
+	Weight      int                // a semaphore key's weight, from its value; 0 for other kinds
 	Holds       bool               // the key holds, by the rule of its kind (concurrency.QueueKey.Holds)
 }
 
@@ -113,16 +114,17 @@ func readQueue(ctx context.Context, cli *clientv3.Client, name string) ([]entry,
 	q := make([]entry, 0, len(iq.Keys))
 	for _, k := range iq.Keys {
 		q = append(q, entry{
-			Key:   k.Key,
-			Lease: k.Lease,
-			TTL:   k.TTL,
-			Rev:   k.CreateRevision,
-			Value: k.Value,
-			Meta:  parseMeta([]byte(k.Value)),
-			Owner: k.Owner,
-			Kind:  k.Kind.String(),
-			Limit: k.Limit,
-			Holds: k.Holds,
+			Key:    k.Key,
+			Lease:  k.Lease,
+			TTL:    k.TTL,
+			Rev:    k.CreateRevision,
+			Value:  k.Value,
+			Meta:   parseMeta([]byte(k.Value)),
+			Owner:  k.Owner,
+			Kind:   k.Kind.String(),
+			Limit:  k.Limit,
+			Weight: k.Weight,
+			Holds:  k.Holds,
 		})
 	}
 	readOwnerTimes(ctx, cli, q)

@@ -192,6 +192,9 @@ func semaphoreSection(w io.Writer, cfg config, res results) {
 	if res.semaphore != nil {
 		rs = append(rs, *res.semaphore)
 	}
+	if res.semWeighted != nil {
+		rs = append(rs, *res.semWeighted)
+	}
 	for _, q := range res.semQueue {
 		rs = append(rs, q.Result)
 	}
@@ -204,6 +207,11 @@ func semaphoreSection(w io.Writer, cfg config, res results) {
 		if r.Early > 0 {
 			fmt.Fprintf(w, "\n- %s: in %d of %d handoffs the Acquire returned before the Release it is paired with did (negative samples, kept).", r.Workload, r.Early, len(r.Samples))
 		}
+	}
+	if u, wr := res.semaphore, res.semWeighted; u != nil && wr != nil {
+		us, ws := u.Stats(), wr.Stats()
+		fmt.Fprintf(w, "\n\nWeighted against unit (issue 29): a Semaphore of %d whose holders each take 2 permits (AcquireN) lets as many in at once as one of %d whose holders take 1 (Acquire); weighted ÷ unit: ops/s %s, mean handoff %s, unary RPCs per op %s.\n",
+			2*cfg.semLimit, cfg.semLimit, ratio(ws.PerSec, us.PerSec), ratio(ws.Mean.Seconds(), us.Mean.Seconds()), ratio(ws.RPC, us.RPC))
 	}
 	if n := len(res.semQueue); n >= 2 {
 		lo, hi := res.semQueue[0], res.semQueue[n-1]

@@ -53,6 +53,7 @@ type results struct {
 	watchersSrc string    // where the server's watcher count came from
 	queue       []queuePair
 	semaphore   *lockbench.Result       // nil when not run
+	semWeighted *lockbench.Result       // weight 2 of twice the limit; nil when not run
 	semQueue    []lockbench.QueueResult // by -sem-waiters
 	rw          []rwPair                // by -rw-reads
 	lost        []lost
@@ -265,6 +266,15 @@ func runSemaphore(ctx context.Context, cfg config, env func(int) lockbench.Env, 
 			return err
 		}
 		res.semaphore = &r
+		// As many holders at once, each taking 2 of twice the permits:
+		// the cost of weights alone.
+		wimpl := lockbench.OursWeightedSemaphore(2*cfg.semLimit, 2)
+		progress("semaphore of %d, weight 2 each, %d sessions, %s", 2*cfg.semLimit, n, wimpl.Name)
+		wr, err := lockbench.Contended(ctx, env(n), wimpl, fmt.Sprintf("%s/semaphore-weighted-%d-%d", root, cfg.semLimit, n), n, lim(cfg.duration))
+		if err != nil {
+			return err
+		}
+		res.semWeighted = &wr
 	}
 	holder, closeHolder, err := newClients(cfg.endpoints, 1)
 	if err != nil {

@@ -178,6 +178,7 @@ type client struct {
 	name string
 	sess *concurrency.Session
 	seq  int
+	lim  int // wsemaphore: the name's limit as this client last learned it; 0 before
 }
 
 func (c *client) rec(op hc.Op) {
@@ -252,6 +253,8 @@ func (c *client) loop() {
 			err = c.elect(s)
 		case "semaphore":
 			err = c.semaphore(s)
+		case "wsemaphore":
+			err = c.weighted(s)
 		case "rwmutex":
 			err = c.rwmutex(s)
 		case "cancel":
@@ -662,6 +665,73 @@ func (c *client) semaphore(s *concurrency.Session) error {
 		c.incrementAt(slotCounter(slot), slotOpKey, fmt.Sprintf("%d/%s.%d", slot, c.name, c.seq), token, m.Txn)
 	}
 	return c.release(hc.FUnlock, token, m.Release)
+}
+
+// wsemLimits are the limits the wsemaphore workload resizes its name
+// between (SetLimit); its weights go from 1 to the smaller.
+var wsemLimits = [2]int{3, 5}
+
+// FResize is a resize of the wsemaphore workload: Value is the limit set.
+const fResize = "resize"
+
+// weighted runs one round of the wsemaphore workload: one round in eight
+// resizes the name to the other limit (SetLimit); the others AcquireN a
+// weight from 1 to 3, increment a guarded counter through Semaphore.Txn,
+// and Release. The test checks each grant against the keys' weights and
+// limits (their values) at the revision of the read that granted it, and
+// that the holders never held more than the limit under which the newest
+// of them was granted.
+func (c *client) weighted(s *concurrency.Session) error {
+	if c.lim == 0 {
+		c.lim = wsemLimits[0]
+	}
+	m := concurrency.NewSemaphore(s, lockName(c.wl), c.lim)
+	if rand.IntN(8) == 0 {
+		n := wsemLimits[0]
+		if c.lim == n {
+			n = wsemLimits[1]
+		}
+		ctx, cancel := context.WithTimeout(c.run, opTimeout)
+		c.rec(hc.Op{Type: hc.Invoke, F: fResize, Value: int64(n)})
+		err := m.SetLimit(ctx, n)
+		cancel()
+		if err != nil {
+			c.rec(hc.Op{Type: hc.Fail, F: fResize, Value: int64(n), Err: errText(err)})
+			return err
+		}
+		c.rec(hc.Op{Type: hc.OK, F: fResize, Value: int64(n)})
+		c.lim = n
+		return nil
+	}
+	w := 1 + rand.IntN(3)
+	ctx, cancel := context.WithTimeout(c.run, lockTimeout)
+	c.rec(hc.Op{Type: hc.Invoke, F: hc.FLock, Lease: int64(s.Lease()), Value: int64(w)})
+	err := m.AcquireN(ctx, w)
+	cancel()
+	if err != nil {
+		c.rec(hc.Op{Type: hc.Fail, F: hc.FLock, Value: int64(w), Err: errText(err)})
+		if errors.Is(err, concurrency.ErrLimitMismatch) {
+			c.learnLimit()
+		}
+		return err
+	}
+	c.lim = m.Limit()
+	token := m.Token()
+	c.rec(hc.Op{Type: hc.OK, F: hc.FLock, Lease: int64(s.Lease()), Key: m.Key(), Token: token, Rev: m.Header().Revision, Value: int64(w)})
+	c.seq++
+	c.incrementAt(*pfx+"/wsem/counter", func(id string) string { return *pfx + "/wsem/ops/" + id }, fmt.Sprintf("%s.%d", c.name, c.seq), token, m.Txn)
+	return c.release(hc.FUnlock, token, m.Release)
+}
+
+// learnLimit sets c.lim to the limit of the wsemaphore name's oldest key,
+// as a client refused with ErrLimitMismatch would (a resize happened).
+func (c *client) learnLimit() {
+	ctx, cancel := context.WithTimeout(c.run, opTimeout)
+	defer cancel()
+	q, err := concurrency.Inspect(ctx, c.cli, lockName(c.wl))
+	if err == nil && len(q.Keys) > 0 && q.Keys[0].Limit > 0 {
+		c.lim = q.Keys[0].Limit
+	}
 }
 
 // errNoSlot is the failure of a claim that found every slot owned by a

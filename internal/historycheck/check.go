@@ -34,7 +34,7 @@ const (
 
 // Guarded lists the invariants that must have zero violations, in the order
 // of the report.
-var Guarded = []string{Exclusion, CreateOrder, SemLimit, RWExclude, ReadStable, GuardedTxn, Counter, FenceStore, OneLeader, LeaderRead, WaiterLive, HoldEnds, QueueNoLoss, QueueNoDup, BarrierEarly, BarrierLate, Returned, NoKeysLeft, NoLeaks, Complete}
+var Guarded = []string{Exclusion, CreateOrder, SemLimit, SemWeight, RWExclude, ReadStable, GuardedTxn, Counter, FenceStore, OneLeader, LeaderRead, WaiterLive, HoldEnds, QueueNoLoss, QueueNoDup, BarrierEarly, BarrierLate, Returned, NoKeysLeft, NoLeaks, Complete}
 
 // Measures of the unguarded control: reported, never asserted, because a
 // lock without fencing cannot prevent them.
@@ -90,6 +90,7 @@ type KeyEvent struct {
 	Rev       int64 // the event's revision
 	CreateRev int64 // the key's create revision (puts only)
 	Lease     int64
+	Value     string // the value put (puts only)
 }
 
 // lifetime is one incarnation of a key: [created, deleted).
@@ -97,6 +98,30 @@ type lifetime struct {
 	key              string
 	lease            int64
 	created, deleted int64 // deleted is 0 while the key exists
+	// values are the key's values in revision order, each from the
+	// revision of its put: a semaphore's weight and limit.
+	values []valueAt
+	// first is the revision from which a weighted semaphore's key held
+	// by the rule, -1 if never, 0 until computed (see firstHold).
+	first int64
+}
+
+// valueAt is a value of a key from revision rev.
+type valueAt struct {
+	rev int64
+	v   string
+}
+
+// valueAt is l's value at revision rev: the last put at or before it.
+func (l *lifetime) valueAt(rev int64) string {
+	v := ""
+	for _, x := range l.values {
+		if x.rev > rev {
+			break
+		}
+		v = x.v
+	}
+	return v
 }
 
 func (l *lifetime) aliveAt(rev int64) bool {
@@ -116,6 +141,7 @@ func (l *lifetime) String() string {
 type Timeline struct {
 	byCreate map[int64]*lifetime
 	sorted   []*lifetime // by create revision
+	changes  []int64     // revisions of deletions and of new values, in order
 }
 
 // NewTimeline rebuilds a queue from its events, in revision order. An event
@@ -134,14 +160,18 @@ func NewTimeline(r *Report, name string, events []KeyEvent) *Timeline {
 		case ev.Delete:
 			l.deleted = ev.Rev
 			delete(alive, ev.Key)
+			t.changes = append(t.changes, ev.Rev)
 		case l != nil && l.created == ev.CreateRev:
-			// A new value (Proclaim, or Campaign's value) on the same key.
+			// A new value (Proclaim, Campaign's value, a semaphore's
+			// resize) on the same key.
+			l.values = append(l.values, valueAt{ev.Rev, ev.Value})
+			t.changes = append(t.changes, ev.Rev)
 		case l != nil:
 			r.Violate(Complete, "%s: %q created at %d while its incarnation of %d was never seen deleted", name, ev.Key, ev.CreateRev, l.created)
 		case ev.CreateRev != ev.Rev:
 			r.Violate(Complete, "%s: first event of %q at %d, but it was created at %d", name, ev.Key, ev.Rev, ev.CreateRev)
 		default:
-			l = &lifetime{key: ev.Key, lease: ev.Lease, created: ev.CreateRev}
+			l = &lifetime{key: ev.Key, lease: ev.Lease, created: ev.CreateRev, values: []valueAt{{ev.Rev, ev.Value}}}
 			alive[ev.Key] = l
 			t.byCreate[l.created] = l
 			t.sorted = append(t.sorted, l)

@@ -86,3 +86,52 @@ func TestSharedViolations(t *testing.T) {
 		})
 	}
 }
+
+// wsem is a weighted semaphore of limit 4: a (weight 3) [10, 20), b
+// (weight 2) [11, 30), c (weight 1) [12, 40). b holds from 20, when a
+// goes; c behind b from 20 too (3 of 4). At 25 a resize to 2 rewrites b
+// and c: both keep holding. d (weight 1) [26, 50) fits only once b is
+// gone (30: 1+1 of 2).
+var wsem = []hc.KeyEvent{
+	{Key: "/w/a", Rev: 10, CreateRev: 10, Value: "4/3"},
+	{Key: "/w/b", Rev: 11, CreateRev: 11, Value: "4/2"},
+	{Key: "/w/c", Rev: 12, CreateRev: 12, Value: "4"},
+	{Key: "/w/a", Rev: 20, Delete: true},
+	{Key: "/w/b", Rev: 25, CreateRev: 11, Value: "2/2"},
+	{Key: "/w/c", Rev: 25, CreateRev: 12, Value: "2"},
+	{Key: "/w/d", Rev: 26, CreateRev: 26, Value: "2"},
+	{Key: "/w/b", Rev: 30, Delete: true},
+	{Key: "/w/c", Rev: 40, Delete: true},
+	{Key: "/w/d", Rev: 50, Delete: true},
+}
+
+func TestSharedWeighted(t *testing.T) {
+	rule := hc.WeightedSemaphoreRule()
+	r := shared([]hc.Op{
+		acquired("A", "/w/a", 10, 10), incr("A", 10, 15),
+		acquired("B", "/w/b", 11, 21), acquired("C", "/w/c", 12, 22),
+		incr("B", 11, 27), incr("C", 12, 28), // beyond the smaller limit: still held
+		acquired("D", "/w/d", 26, 31), incr("D", 26, 32),
+	}, wsem, rule)
+	if r.Total() != 0 || r.Checked[hc.SemWeight] != 8 || r.Checked[hc.GuardedTxn] != 4 {
+		t.Fatalf("correct weighted history: %v, checked %v", r.Violations, r.Checked)
+	}
+	for _, tc := range []struct {
+		name string
+		ops  []hc.Op
+		inv  string
+	}{
+		{"weight 2 granted beside weight 3 of 4", []hc.Op{acquired("B", "/w/b", 11, 15)}, hc.SemWeight},
+		{"unit granted behind a waiting weight 2 (not FIFO)", []hc.Op{acquired("C", "/w/c", 12, 15)}, hc.SemWeight},
+		{"granted past a smaller limit", []hc.Op{acquired("D", "/w/d", 26, 27)}, hc.SemWeight},
+		{"guarded write of a waiter", []hc.Op{incr("B", 11, 15)}, hc.GuardedTxn},
+		{"holds beyond the limit at once", []hc.Op{acquired("A", "/w/a", 10, 10), acquired("B", "/w/b", 11, 0), incr("B", 11, 16)}, hc.GuardedTxn},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := shared(tc.ops, wsem, rule)
+			if len(r.Violations[tc.inv]) == 0 {
+				t.Fatalf("no violation of %q: %v", tc.inv, r.Violations)
+			}
+		})
+	}
+}

@@ -50,8 +50,12 @@ type Impl struct {
 	// LostSignal names what Lost waits on, for reports.
 	LostSignal string
 	// Permits is how many may hold the lock at once: 0 or 1 for a mutex,
-	// the limit for a semaphore, whose NewMutex returns it as a Mutex.
+	// the limit for a semaphore, whose NewMutex returns it as a Mutex
+	// (for a weighted one, the limit divided by the weight).
 	Permits int
+	// Weight is the permits each acquisition of a weighted semaphore
+	// takes (AcquireN); 0 otherwise.
+	Weight int
 }
 
 // Ours is this module's package.
@@ -90,18 +94,48 @@ func OursSemaphore(limit int) Impl {
 	i := Ours
 	i.Permits = limit
 	i.NewMutex = func(s Session, pfx string) Mutex {
-		return semMutex{concurrency.NewSemaphore(s.(*concurrency.Session), pfx, limit)}
+		return semMutex{concurrency.NewSemaphore(s.(*concurrency.Session), pfx, limit), 0}
 	}
 	i.Lost = func(_ Session, m Mutex) <-chan struct{} { return m.(semMutex).Ctx().Done() }
 	i.LostSignal = "Semaphore.Ctx().Done()"
 	return i
 }
 
-type semMutex struct{ *concurrency.Semaphore }
+// OursWeightedSemaphore is this module's Semaphore with limit permits, as a
+// Mutex whose Lock is AcquireN(ctx, weight), TryLock TryAcquireN: as many
+// hold at once as OursSemaphore(limit/weight), so that the two compare
+// the cost of weights alone.
+func OursWeightedSemaphore(limit, weight int) Impl {
+	i := OursSemaphore(limit)
+	i.Permits, i.Weight = limit/weight, weight
+	i.NewMutex = func(s Session, pfx string) Mutex {
+		return semMutex{concurrency.NewSemaphore(s.(*concurrency.Session), pfx, limit), weight}
+	}
+	return i
+}
 
-func (m semMutex) Lock(ctx context.Context) error    { return m.Acquire(ctx) }
-func (m semMutex) TryLock(ctx context.Context) error { return m.TryAcquire(ctx) }
-func (m semMutex) Unlock(ctx context.Context) error  { return m.Release(ctx) }
+// semMutex is a Semaphore as a Mutex; weight 0 takes one permit with
+// Acquire, any other that many with AcquireN.
+type semMutex struct {
+	*concurrency.Semaphore
+	weight int
+}
+
+func (m semMutex) Lock(ctx context.Context) error {
+	if m.weight == 0 {
+		return m.Acquire(ctx)
+	}
+	return m.AcquireN(ctx, m.weight)
+}
+
+func (m semMutex) TryLock(ctx context.Context) error {
+	if m.weight == 0 {
+		return m.TryAcquire(ctx)
+	}
+	return m.TryAcquireN(ctx, m.weight)
+}
+
+func (m semMutex) Unlock(ctx context.Context) error { return m.Release(ctx) }
 
 // Named returns the package called name ("ours" or "etcd").
 func Named(name string) (Impl, bool) {

@@ -167,7 +167,10 @@ func Contended(ctx context.Context, env Env, impl Impl, pfx string, sessions int
 
 func contended(ctx context.Context, env Env, impl Impl, pfx string, ss []Session, lim Limits) (Result, error) {
 	r := Result{Workload: fmt.Sprintf("contended, %d sessions", len(ss)), Impl: impl.Name}
-	if impl.Permits > 1 {
+	switch {
+	case impl.Weight > 0:
+		r.Workload = fmt.Sprintf("semaphore of %d, weight %d each, %d sessions", impl.Permits*impl.Weight, impl.Weight, len(ss))
+	case impl.Permits > 1:
 		r.Workload = fmt.Sprintf("semaphore of %d, %d sessions", impl.Permits, len(ss))
 	}
 	h := newPermitHandoffs(impl.Permits)
