@@ -191,11 +191,22 @@ func contended(ctx context.Context, env Env, impl Impl, pfx string, ss []Session
 	timer := time.AfterFunc(lim.Duration, halt)
 	defer timer.Stop()
 
+	err := each(ss, halt, func(s Session) error {
+		return contend(ctx, wctx, impl, impl.NewMutex(s, pfx), h, &acq, lim.MaxOps, halt)
+	})
+	r.Samples, r.Early, r.Unlocks = h.result()
+	r.Ops, r.Elapsed, r.Counts = int(acq.Load()), t1.Sub(t0), c1.Sub(c0)
+	return r, err
+}
+
+// each runs fn for each session on a goroutine of its own, calls halt as
+// soon as one fails and once all have returned, and returns their errors
+// joined.
+func each(ss []Session, halt func(), fn func(s Session) error) error {
 	errc := make(chan error, len(ss))
 	for _, s := range ss {
-		m := impl.NewMutex(s, pfx)
 		go func() {
-			err := contend(ctx, wctx, impl, m, h, &acq, lim.MaxOps, halt)
+			err := fn(s)
 			if err != nil {
 				halt()
 			}
@@ -207,9 +218,7 @@ func contended(ctx context.Context, env Env, impl Impl, pfx string, ss []Session
 		errs = append(errs, <-errc)
 	}
 	halt()
-	r.Samples, r.Early, r.Unlocks = h.result()
-	r.Ops, r.Elapsed, r.Counts = int(acq.Load()), t1.Sub(t0), c1.Sub(c0)
-	return r, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // contend is one goroutine of Contended: it locks and unlocks m until wctx
