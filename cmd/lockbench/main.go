@@ -20,6 +20,14 @@
 //   - contended: N sessions, each looping Lock and Unlock; a handoff is the
 //     time from the holder's Unlock returning to the next holder's Lock
 //     returning, and ops/s counts acquisitions;
+//   - anatomy: the contended workload again, in a child process that runs
+//     no etcd member, with every handoff cut into segments where the
+//     clients see it (holder's Unlock called, its delete answered, the
+//     delete's watch event at the next waiter's client, that waiter's
+//     re-check read sent and answered, its Lock returned, its Unlock
+//     called), by gRPC client interceptors on the child's own clients; and
+//     the CPU time per acquisition of the clients (the child) and of the
+//     embedded members (this process);
 //   - many locks: N sessions, each looping Lock and Unlock on a lock of its
 //     own, all at once; ops/s sums the sessions, and the server's watchers
 //     (the etcd_debugging_mvcc_watcher_total gauge) are read during the
@@ -59,8 +67,12 @@
 // metrics, and the watch progress requests by client interceptors.
 //
 // -only runs some of the workloads, by group: basic (raw Put and Get,
-// uncontended, TryLock), contended, many, queue, lost, semaphore, rwmutex,
-// metrics, idle.
+// uncontended, TryLock), contended, anatomy, many, queue, lost, semaphore,
+// rwmutex, metrics, idle.
+//
+// -peer-delay makes commits slow: the embedded members reach one another
+// through loopback proxies that delay every byte of their peer connections
+// by that much, each way (see embedetcd.Options).
 //
 // Every workload uses its own key prefix under /lockbench/<run>, closes its
 // sessions, and checks that its prefix is empty; the run checks that the
