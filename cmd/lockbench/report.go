@@ -21,6 +21,11 @@ func report(w io.Writer, cfg config, where string, took time.Duration, res resul
 	fmt.Fprintf(w, "- command: `%s`\n- cluster: %s\n- machine: %s\n", strings.Join(append([]string{"lockbench"}, os.Args[1:]...), " "), where, machine())
 	fmt.Fprintf(w, "- window %v per package per workload (raw Put and Get, uncontended and TryLock: in %d interleaved rounds); at most %d ops per window; sessions spread over up to %d clients; run took %v\n",
 		cfg.duration, cfg.rounds, cfg.maxOps, cfg.clients, took.Round(time.Second))
+	fmt.Fprintf(w, "- load average (/proc/loadavg) at the end: %s", loadavg())
+	if res.elections >= 0 {
+		fmt.Fprintf(w, "; raft elections during the run: %d (a busy machine starves the members' heartbeats: a window with an election has failed requests and watches re-created in it)", res.elections)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "- ratio rows are ours ÷ etcd: below 1× is better for latencies and traffic, above 1× for ops/s; etcd#2 ÷ etcd is the noise of the run\n")
 	if cfg.only != nil {
 		var gs []string

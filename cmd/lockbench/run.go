@@ -58,6 +58,7 @@ type results struct {
 	rw          []rwPair                // by -rw-reads
 	lost        []lost
 	overhead    *overhead    // nil with -metrics=false
+	elections   int          // raft elections during the run (embedded cluster); -1 if unknown
 	idle        *idleResults // nil when not run
 }
 
@@ -71,6 +72,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	streams := lockbench.ScrapedGauge(cfg.endpoints, lockbench.WatchStreamMetric)
 	serverSrc := "`grpc_server_msg_received_total` and `grpc_server_handled_total`, summed over the members' /metrics pages"
 	embedded := false
+	elections := func() int { return -1 } // unknown with -endpoints
 	if len(cfg.endpoints) == 0 {
 		progress("starting an embedded %d-member cluster", cfg.members)
 		clus, err := embedetcd.StartWith(ctx, cfg.members, embedetcd.Options{PeerDelay: cfg.peerDelay})
@@ -80,6 +82,8 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 		defer clus.Close()
 		cfg.endpoints = clus.Endpoints
 		embedded = true
+		term0 := clus.Term()
+		elections = func() int { return int(clus.Term() - term0) }
 		where = fmt.Sprintf("embedded %d-member cluster (in this process, loopback)", cfg.members)
 		if cfg.peerDelay > 0 {
 			where += fmt.Sprintf("; slow commits: every peer connection delayed by %v each way (-peer-delay)", cfg.peerDelay)
@@ -252,6 +256,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	}
 
 	progress("done in %v", time.Since(start).Round(time.Second))
+	res.elections = elections()
 	report(w, cfg, where, time.Since(start), res)
 	if res.overhead != nil {
 		reportOverhead(w, res.overhead)

@@ -127,6 +127,17 @@ func StartWith(ctx context.Context, n int, o Options) (*Cluster, error) {
 	return c, nil
 }
 
+// Term is the highest raft term among the members: it grows by one with
+// each election, so its growth over a run counts the elections (leader
+// changes, or attempts) the run met.
+func (c *Cluster) Term() uint64 {
+	var t uint64
+	for _, e := range c.members {
+		t = max(t, e.Server.Term())
+	}
+	return t
+}
+
 // Close stops the members and removes their data.
 func (c *Cluster) Close() {
 	for _, e := range c.members {
