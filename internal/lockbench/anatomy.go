@@ -221,8 +221,8 @@ func anatomy(ctx context.Context, env Env, t *Tracer, impl Impl, pfx string, ss 
 		gen  atomic.Int64
 		t0   time.Time
 		t1   atomic.Int64 // UnixNano when the window closed
-		c0   = cpuTime(os.Getpid())
-		s0   = cpuTime(serverPID)
+		c0   time.Duration
+		s0   time.Duration
 	)
 	var once sync.Once
 	c1, s1 := c0, s0
@@ -233,9 +233,10 @@ func anatomy(ctx context.Context, env Env, t *Tracer, impl Impl, pfx string, ss 
 			cancel()
 		})
 	}
-	t0 = time.Now()
-	timer := time.AfterFunc(lim.Duration, halt)
-	defer timer.Stop()
+	w := openWhenQueued(wctx, env.client(0), pfx, len(ss), lim.Duration, halt, func() {
+		t0, c0, s0 = time.Now(), cpuTime(os.Getpid()), cpuTime(serverPID)
+	})
+	defer w.wait()
 	err := each(ss, halt, func(s Session) error {
 		m := impl.NewMutex(s, pfx)
 		keyed, ok := m.(interface{ Key() string })
@@ -251,7 +252,7 @@ func anatomy(ctx context.Context, env Env, t *Tracer, impl Impl, pfx string, ss 
 				return fmt.Errorf("%s: Lock: %w", impl.Name, err)
 			}
 			a := &acquired{lockReturned: time.Now(), key: keyed.Key(), lockCalls: lockLog.take()}
-			if wctx.Err() == nil {
+			if w.isOpen() && wctx.Err() == nil {
 				g := gen.Add(1)
 				if lim.MaxOps > 0 && g >= int64(lim.MaxOps) {
 					halt()
@@ -269,6 +270,7 @@ func anatomy(ctx context.Context, env Env, t *Tracer, impl Impl, pfx string, ss 
 		}
 		return nil
 	})
+	w.wait()
 	if err != nil {
 		return err
 	}
