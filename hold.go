@@ -136,7 +136,7 @@ func (h *hold) watchKey(ctx context.Context) {
 		// fails only on a refusal (permission denied) that may yet pass:
 		// try again, until the key goes or the hold ends. The session's
 		// deadline bounds how long a hold can outlive a dead connection.
-		if _, err := waitDelete(ctx, h.s, target{key: h.key, create: h.rev}, seenRev, &b, nil); err == nil {
+		if err := waitDelete(ctx, h.s, target{key: h.key, create: h.rev}, seenRev, &b); err == nil {
 			if ctx.Err() == nil {
 				h.lost()
 			}

@@ -84,21 +84,7 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 				return j.holds || j.next.over != over, j.hdr.Revision, nil
 			})
 		case next.key != "":
-			// A watch that begins past seenRev is checked by judging the
-			// key at once, not by reading the predecessor first: when
-			// the predecessor went meanwhile (a short hold, as a waiter
-			// enqueues), the one read that decides the grant is also the
-			// one that finds it gone (issue 30).
-			t := next
-			judged, err = waitDelete(ctx, s, t, seenRev, &wb, func() (bool, int64, error) {
-				var err error
-				if j, err = judge(ctx, s, r, key, rev); err != nil {
-					return false, 0, err
-				}
-				// Go on watching only while the key waits for the same
-				// predecessor, unchanged.
-				return j.holds || !j.next.same(t), j.hdr.Revision, nil
-			})
+			err = waitDelete(ctx, s, next, seenRev, &wb)
 		}
 		if err != nil {
 			return nil, err
@@ -133,25 +119,20 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 // that waiting cannot fix. After compaction (the watch could not resume), a
 // member without a leader, or a lost connection, it reads the key again,
 // retrying while etcd does not answer, and watches anew.
-//
-// check, if not nil, replaces the read of t.key when a watch begins past
-// seenRev (see watchDelete): with the watch open, it reads what it needs
-// and says whether the wait is over (stop) and the revision its read saw.
-// waitDelete reports whether check ended the wait.
-func waitDelete(ctx context.Context, s *Session, t target, seenRev int64, b *backoff, check func() (stop bool, seen int64, err error)) (checked bool, err error) {
+func waitDelete(ctx context.Context, s *Session, t target, seenRev int64, b *backoff) error {
 	for {
-		checked, err := watchDelete(ctx, s, t, seenRev, b, check)
+		err := watchDelete(ctx, s, t, seenRev, b)
 		if err == nil || ctx.Err() != nil {
-			return checked, ctx.Err()
+			return ctx.Err()
 		}
 		if !errors.Is(err, rpctypes.ErrCompacted) {
 			if !transient(err) && !errors.Is(err, errWatchClosed) {
-				return false, err
+				return err
 			}
 			// Grows while watches keep failing; a watch that starts
 			// resets it.
 			if !b.sleep(ctx) {
-				return false, ctx.Err()
+				return ctx.Err()
 			}
 		}
 		resp, err := s.get(ctx, t.key)
@@ -159,20 +140,13 @@ func waitDelete(ctx context.Context, s *Session, t target, seenRev int64, b *bac
 			continue // watch again: the key is read once more
 		}
 		if err != nil {
-			return false, err
+			return err
 		}
 		if t.changed(resp.Kvs) {
-			return false, nil
+			return nil
 		}
 		seenRev = resp.Header.Revision
 	}
-}
-
-// same reports whether t and u wait for the same thing: the same
-// incarnation of the same key (and, when a new value ends the wait, the
-// same value), or deletions in the same range.
-func (t target) same(u target) bool {
-	return t.key == u.key && t.create == u.create && t.onPut == u.onPut && t.over == u.over && (!t.onPut || t.mod == u.mod)
 }
 
 // changed reports whether a read of t.key that returned kvs shows the end
@@ -182,23 +156,14 @@ func (t target) changed(kvs []*mvccpb.KeyValue) bool {
 }
 
 // watchDelete is one watch of waitDelete, from the server's current
-// revision. It reports whether check ended it.
-func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *backoff, check func() (bool, int64, error)) (checked bool, err error) {
+// revision.
+func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *backoff) error {
 	var opts []clientv3.OpOption
 	if !t.onPut {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	err = watchUntil(ctx, s.client, s.live(), t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
-		if missed(wr, seenRev) && check != nil {
-			// Something was written between the read at seenRev and the
-			// watch's start: the caller checks, with the watch open.
-			stop, seen, err := check()
-			if err != nil || stop {
-				checked = err == nil
-				return true, err
-			}
-			seenRev = seen
-		} else if missed(wr, seenRev) {
+	return watchUntil(ctx, s.client, s.live(), t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
+		if missed(wr, seenRev) {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
 			resp, err := s.get(ctx, t.key)
@@ -218,7 +183,6 @@ func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *ba
 		}
 		return false, nil
 	}, opts...)
-	return checked, err
 }
 
 // waitRange blocks until a key under prefix over is deleted after revision
