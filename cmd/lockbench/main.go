@@ -20,6 +20,14 @@
 //   - contended: N sessions, each looping Lock and Unlock; a handoff is the
 //     time from the holder's Unlock returning to the next holder's Lock
 //     returning, and ops/s counts acquisitions;
+//   - anatomy: the contended workload again, in a child process that runs
+//     no etcd member, with every handoff cut into segments where the
+//     clients see it (holder's Unlock called, its delete answered, the
+//     delete's watch event at the next waiter's client, that waiter's
+//     re-check read sent and answered, its Lock returned, its Unlock
+//     called), by gRPC client interceptors on the child's own clients; and
+//     the CPU time per acquisition of the clients (the child) and of the
+//     embedded members (this process);
 //   - many locks: N sessions, each looping Lock and Unlock on a lock of its
 //     own, all at once; ops/s sums the sessions, and the server's watchers
 //     (the etcd_debugging_mvcc_watcher_total gauge) are read during the
@@ -59,8 +67,12 @@
 // metrics, and the watch progress requests by client interceptors.
 //
 // -only runs some of the workloads, by group: basic (raw Put and Get,
-// uncontended, TryLock), contended, many, queue, lost, semaphore, rwmutex,
-// metrics, idle.
+// uncontended, TryLock), contended, anatomy, many, queue, lost, semaphore,
+// rwmutex, metrics, idle.
+//
+// -peer-delay makes commits slow: the embedded members reach one another
+// through loopback proxies that delay every byte of their peer connections
+// by that much, each way (see embedetcd.Options).
 //
 // Every workload uses its own key prefix under /lockbench/<run>, closes its
 // sessions, and checks that its prefix is empty; the run checks that the
@@ -119,10 +131,14 @@ type config struct {
 	idleClients     int
 	idleTTLs        []int
 	idleWindow      time.Duration
+	anatomySessions []int
+	childAnatomy    string
+	serverPID       int
+	peerDelay       time.Duration
 }
 
 // groups are the workload groups that -only selects from, in run order.
-var groups = []string{"basic", "contended", "many", "queue", "semaphore", "rwmutex", "metrics", "lost", "idle"}
+var groups = []string{"basic", "contended", "anatomy", "many", "queue", "semaphore", "rwmutex", "metrics", "lost", "idle"}
 
 // optIn are the groups that run only when -only names them: their
 // windows are minutes long.
@@ -155,9 +171,12 @@ func main() {
 	})
 	defer watchdog.Stop()
 
-	if cfg.childQueue != "" {
+	switch {
+	case cfg.childQueue != "":
 		err = runChildQueue(ctx, cfg, os.Stdout)
-	} else {
+	case cfg.childAnatomy != "":
+		err = runChildAnatomy(ctx, cfg, os.Stdout)
+	default:
 		err = run(ctx, cfg, os.Stdout)
 	}
 	if err != nil {
@@ -171,7 +190,7 @@ func main() {
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
 	var cfg config
-	var endpoints, sessions, waiters, semWaiters, rwReads, only, idleTTLs string
+	var endpoints, sessions, waiters, semWaiters, rwReads, only, idleTTLs, anatomySessions string
 	fs.StringVar(&endpoints, "endpoints", "", "comma-separated client URLs of a running etcd cluster (default: start an embedded cluster on loopback)")
 	fs.IntVar(&cfg.members, "members", 3, "members of the embedded cluster")
 	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured window of each timed workload, per package")
@@ -192,6 +211,10 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.quick, "quick", false, "tiny workload that checks the harness works (numbers are not meaningful)")
 	fs.StringVar(&cfg.prefix, "prefix", "", "key prefix of the run (default: /lockbench/<unix ns>)")
 	fs.StringVar(&cfg.childQueue, "child-queue", "", "internal: run one queue workload, PKG:N, and print it as JSON")
+	fs.StringVar(&cfg.childAnatomy, "child-anatomy", "", "internal: run one anatomy workload, PKG:N, and print it as JSON")
+	fs.IntVar(&cfg.serverPID, "server-pid", 0, "internal: with -child-anatomy, the process of the etcd members, whose CPU time is the server's (0: unknown)")
+	fs.StringVar(&anatomySessions, "anatomy-sessions", "2,32,128", "session counts of the anatomy workload (a contended handoff cut into segments)")
+	fs.DurationVar(&cfg.peerDelay, "peer-delay", 0, "slow commits: the embedded members' peer traffic passes through proxies that delay each direction of every peer connection by this much, so that a commit (and a linearizable read's heartbeat round) waits for it (0: direct)")
 	fs.IntVar(&cfg.semSessions, "sem-sessions", 32, "sessions of the semaphore workload, each with one Semaphore cycling Acquire and Release (0: skip it)")
 	fs.IntVar(&cfg.semLimit, "sem-limit", 4, "permits of the semaphore workloads")
 	fs.StringVar(&semWaiters, "sem-waiters", "2,1000", "queue lengths of the semaphore queue workload, behind -sem-limit held permits")
@@ -216,6 +239,7 @@ func parseFlags(args []string) (config, error) {
 			"lost-ttl": "2", "lost-trials": "1", "queue-timeout": "1m", "timeout": "3m",
 			"sem-sessions": "8", "sem-waiters": "2,20", "rw-sessions": "4",
 			"idle-holds": "4", "idle-clients": "4", "idle-ttls": "3", "idle-window": "3s",
+			"anatomy-sessions": "2,8",
 		}
 		for name, v := range quick {
 			if !set[name] {
@@ -237,6 +261,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.semWaiters, err = intList(semWaiters, 1); err != nil {
 		return cfg, fmt.Errorf("-sem-waiters: %w", err)
+	}
+	if cfg.anatomySessions, err = intList(anatomySessions, 2); err != nil {
+		return cfg, fmt.Errorf("-anatomy-sessions: %w", err)
 	}
 	if cfg.idleTTLs, err = intList(idleTTLs, 1); err != nil {
 		return cfg, fmt.Errorf("-idle-ttls: %w", err)
@@ -269,6 +296,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("durations must be positive")
 	case cfg.idleHolds < 1 || cfg.idleClients < 2 || cfg.idleClients%2 != 0 || cfg.idleWindow <= 0:
 		return cfg, errors.New("need -idle-holds >= 1, an even -idle-clients >= 2, a positive -idle-window")
+	case cfg.peerDelay < 0 || cfg.peerDelay > 0 && len(cfg.endpoints) > 0:
+		return cfg, errors.New("-peer-delay must not be negative, and applies only to the embedded cluster (no -endpoints)")
 	case cfg.metricsSessions < 2:
 		return cfg, errors.New("-metrics-sessions must be at least 2")
 	case cfg.rounds < 1 || cfg.clients < 2 || cfg.maxOps < 1 || cfg.lostTTL < 1 || cfg.lostTrials < 1:

@@ -49,6 +49,7 @@ type results struct {
 	uncontended map[string]lockbench.Result // by package name, with etcd#2
 	tryLock     pair
 	contended   []pair
+	anatomy     []anatomyPair
 	many        *manyPair // nil with -many 0
 	watchersSrc string    // where the server's watcher count came from
 	queue       []queuePair
@@ -58,6 +59,7 @@ type results struct {
 	rw          []rwPair                // by -rw-reads
 	lost        []lost
 	overhead    *overhead    // nil with -metrics=false
+	elections   int          // raft elections during the run (embedded cluster); -1 if unknown
 	idle        *idleResults // nil when not run
 }
 
@@ -70,15 +72,23 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	server := lockbench.ScrapedServerMsgs(cfg.endpoints)
 	streams := lockbench.ScrapedGauge(cfg.endpoints, lockbench.WatchStreamMetric)
 	serverSrc := "`grpc_server_msg_received_total` and `grpc_server_handled_total`, summed over the members' /metrics pages"
+	embedded := false
+	elections := func() int { return -1 } // unknown with -endpoints
 	if len(cfg.endpoints) == 0 {
 		progress("starting an embedded %d-member cluster", cfg.members)
-		clus, err := embedetcd.Start(ctx, cfg.members)
+		clus, err := embedetcd.StartWith(ctx, cfg.members, embedetcd.Options{PeerDelay: cfg.peerDelay})
 		if err != nil {
 			return err
 		}
 		defer clus.Close()
 		cfg.endpoints = clus.Endpoints
+		embedded = true
+		term0 := clus.Term()
+		elections = func() int { return int(clus.Term() - term0) }
 		where = fmt.Sprintf("embedded %d-member cluster (in this process, loopback)", cfg.members)
+		if cfg.peerDelay > 0 {
+			where += fmt.Sprintf("; slow commits: every peer connection delayed by %v each way (-peer-delay)", cfg.peerDelay)
+		}
 		// The members' mvcc packages add to one gauge in this process's
 		// default registry: read it there.
 		watchers = lockbench.GatheredWatchers(prometheus.DefaultGatherer)
@@ -166,6 +176,12 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 		res.contended = append(res.contended, pair{o, e, n})
 	}
 
+	if cfg.runs("anatomy") {
+		if res.anatomy, err = runAnatomy(ctx, cfg, root, embedded); err != nil {
+			return err
+		}
+	}
+
 	if n := cfg.many; n > 0 && cfg.runs("many") {
 		o, e, err := both(func(impl lockbench.Impl) (lockbench.ManyResult, error) {
 			progress("many locks, %d sessions, %s", n, impl.Name)
@@ -241,6 +257,7 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	}
 
 	progress("done in %v", time.Since(start).Round(time.Second))
+	res.elections = elections()
 	report(w, cfg, where, time.Since(start), res)
 	if res.overhead != nil {
 		reportOverhead(w, res.overhead)

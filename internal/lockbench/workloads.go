@@ -189,16 +189,74 @@ func contended(ctx context.Context, env Env, impl Impl, pfx string, ss []Session
 			cancel()
 		})
 	}
-	lim.start()
-	t0, c0 = time.Now(), env.Counter.Snapshot()
-	timer := time.AfterFunc(lim.Duration, halt)
-	defer timer.Stop()
+	w := openWhenQueued(wctx, env.client(0), pfx, len(ss), lim.Duration, halt, func() {
+		lim.start()
+		t0, c0 = time.Now(), env.Counter.Snapshot()
+	})
+	err := each(ss, halt, func(s Session) error {
+		return contend(ctx, wctx, impl, impl.NewMutex(s, pfx), h, &acq, lim.MaxOps, halt, w)
+	})
+	w.wait()
+	r.Samples, r.Early, r.Unlocks = h.result()
+	r.Ops, r.Elapsed, r.Counts = int(acq.Load()), t1.Sub(t0), c1.Sub(c0)
+	return r, err
+}
 
+// window is the measured window of a workload whose sessions loop on one
+// lock: it opens once the queue has formed (see openWhenQueued), so that
+// the start-up of the sessions' first Locks, one enqueue and one watch
+// each, which with many sessions on a slow cluster would be a large part
+// of a short window's traffic and commits, is not measured.
+type window struct {
+	open  atomic.Bool
+	timer *time.Timer   // closes the window; set once it opens
+	done  chan struct{} // closed once the window has opened or given up
+}
+
+// openWhenQueued starts a goroutine that waits until n keys are under
+// pfx+"/" (every session queued or holding), or for bound at most, then
+// calls start, opens the window, and closes it (halt) after bound. It
+// gives up when ctx ends first.
+func openWhenQueued(ctx context.Context, c *clientv3.Client, pfx string, n int, bound time.Duration, halt, start func()) *window {
+	w := &window{done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		qctx, cancel := context.WithTimeout(ctx, bound)
+		// A failed poll or the bound opens the window all the same.
+		_ = poll(qctx, 10*time.Millisecond, func() (bool, error) {
+			k, err := countKeys(qctx, c, pfx)
+			return k >= int64(n), err
+		})
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		start()
+		w.open.Store(true)
+		w.timer = time.AfterFunc(bound, halt)
+	}()
+	return w
+}
+
+// isOpen reports whether the window has opened.
+func (w *window) isOpen() bool { return w.open.Load() }
+
+// wait waits for the window's goroutine and stops its timer.
+func (w *window) wait() {
+	<-w.done
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+// each runs fn for each session on a goroutine of its own, calls halt as
+// soon as one fails and once all have returned, and returns their errors
+// joined.
+func each(ss []Session, halt func(), fn func(s Session) error) error {
 	errc := make(chan error, len(ss))
 	for _, s := range ss {
-		m := impl.NewMutex(s, pfx)
 		go func() {
-			err := contend(ctx, wctx, impl, m, h, &acq, lim.MaxOps, halt)
+			err := fn(s)
 			if err != nil {
 				halt()
 			}
@@ -210,14 +268,12 @@ func contended(ctx context.Context, env Env, impl Impl, pfx string, ss []Session
 		errs = append(errs, <-errc)
 	}
 	halt()
-	r.Samples, r.Early, r.Unlocks = h.result()
-	r.Ops, r.Elapsed, r.Counts = int(acq.Load()), t1.Sub(t0), c1.Sub(c0)
-	return r, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // contend is one goroutine of Contended: it locks and unlocks m until wctx
 // ends, and ends the window (halt) at the maxOps-th acquisition.
-func contend(ctx, wctx context.Context, impl Impl, m Mutex, h *handoffs, acq *atomic.Int64, maxOps int, halt func()) error {
+func contend(ctx, wctx context.Context, impl Impl, m Mutex, h *handoffs, acq *atomic.Int64, maxOps int, halt func(), w *window) error {
 	for wctx.Err() == nil {
 		if err := m.Lock(wctx); err != nil {
 			if wctx.Err() != nil {
@@ -226,7 +282,7 @@ func contend(ctx, wctx context.Context, impl Impl, m Mutex, h *handoffs, acq *at
 			return fmt.Errorf("%s: Lock: %w", impl.Name, err)
 		}
 		at := time.Now()
-		counted := wctx.Err() == nil
+		counted := w.isOpen() && wctx.Err() == nil
 		var gen int64
 		if counted {
 			gen = h.acquired(at)

@@ -1,0 +1,77 @@
+package lockbench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/seed-a9d410c6/concurrency/internal/embedetcd"
+)
+
+// The anatomy of a contended handoff, for both packages, on a real
+// 3-member cluster: handoffs are traced, their segments add up to their
+// cycles, this package reads once after the event and etcd's twice, and
+// the CPU times are known (the members run in this process, which is
+// both client and server here).
+func TestAnatomy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	clus, err := embedetcd.Start(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clus.Close()
+	var tracer Tracer
+	var cs []*clientv3.Client
+	for range 2 {
+		cfg := clientv3.Config{Endpoints: clus.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+		tracer.Option(&cfg)
+		c, err := clientv3.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs = append(cs, c)
+	}
+	for _, x := range []struct {
+		impl  Impl
+		reads int
+	}{{Ours, 1}, {Etcd, 2}} {
+		t.Run(x.impl.Name, func(t *testing.T) {
+			pfx := fmt.Sprintf("/anatomy-test/%s", x.impl.Name)
+			r, err := Anatomy(ctx, Env{Clients: cs}, &tracer, x.impl, pfx, 2, os.Getpid(), Limits{Duration: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Ops < 2 || r.Handoffs != r.Ops-1 || r.Traced()+r.NoEvent != r.Handoffs {
+				t.Fatalf("%d acquisitions, %d handoffs, %d traced, %d without an event", r.Ops, r.Handoffs, r.Traced(), r.NoEvent)
+			}
+			if r.Traced() == 0 {
+				t.Fatalf("no handoff traced whole of %d", r.Handoffs)
+			}
+			for i, cycle := range r.Cycles {
+				var sum time.Duration
+				for s := range NumSegments {
+					sum += r.Segments[s][i]
+				}
+				if sum != cycle {
+					t.Fatalf("handoff %d: segments add up to %v, cycle %v", i, sum, cycle)
+				}
+				if r.Segments[SegRead][i] <= 0 || r.Segments[SegDelete][i] <= 0 {
+					t.Fatalf("handoff %d: read %v, delete %v: want both positive", i, r.Segments[SegRead][i], r.Segments[SegDelete][i])
+				}
+			}
+			if want := x.reads * r.Traced(); r.Reads != want {
+				t.Errorf("%d reads after the event in %d traced handoffs, want %d each", r.Reads, r.Traced(), x.reads)
+			}
+			if r.ClientCPU <= 0 || r.ServerCPU <= 0 {
+				t.Errorf("CPU client %v, server %v: want both measured", r.ClientCPU, r.ServerCPU)
+			}
+		})
+	}
+}
