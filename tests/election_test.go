@@ -1201,7 +1201,10 @@ func TestElectionCompaction(t *testing.T) {
 			if err := leader.Resign(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			if err := within(t, 10*time.Second, errc, "candidate"); err != nil {
+			// 30 s: what is tested is that Campaign wins, not how fast; the
+			// client's reconnection and the watch's resumption took more
+			// than 10 s under -race on a loaded machine.
+			if err := within(t, 30*time.Second, errc, "candidate"); err != nil {
 				return fmt.Errorf("Campaign failed after compaction (%v), leaving %d keys", err, len(etcdtest.Keys(t, lc, pfx)))
 			}
 			if err := e.Resign(t.Context()); err != nil {
@@ -1346,7 +1349,10 @@ func TestElectionConcurrentUse(t *testing.T) {
 					return
 				}
 				_, _, _, _ = e.Key(), e.Rev(), e.Header(), e.Ctx()
-				if err := e.Proclaim(ctx, fmt.Sprint(g, r, "b")); err != nil && !errors.Is(err, concurrency.ErrElectionNotLeader) {
+				// Proclaim is one attempt, as etcd's: etcd's "request
+				// timed out" (seen under -race on a loaded machine) is
+				// its answer to give, not a defect.
+				if err := e.Proclaim(ctx, fmt.Sprint(g, r, "b")); err != nil && !errors.Is(err, concurrency.ErrElectionNotLeader) && !errors.Is(err, rpctypes.ErrTimeout) {
 					errc <- fmt.Errorf("Proclaim: %w", err)
 					return
 				}

@@ -3,7 +3,8 @@ package concurrency_test
 import (
 	"context"
 	"errors"
-	"sync"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,10 +17,10 @@ import (
 func TestLockAllNoDeadlock(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	names := []string{pfx + "/a", pfx + "/b", pfx + "/c"}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i := range 4 {
+	const sessions = 4
+	var done atomic.Int64
+	errc := make(chan error, sessions)
+	for i := range sessions {
 		s := newSession(t, sharedClient(t))
 		var ms []*concurrency.Mutex
 		for j := range names {
@@ -30,22 +31,25 @@ func TestLockAllNoDeadlock(t *testing.T) {
 			}
 			ms = append(ms, concurrency.NewMutex(s, name))
 		}
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
 			for r := range 5 {
-				if err := concurrency.LockAll(ctx, ms...); err != nil {
-					t.Errorf("session %d, round %d: LockAll: %v", i, r, err)
+				if err := concurrency.LockAll(t.Context(), ms...); err != nil {
+					errc <- fmt.Errorf("session %d, round %d: LockAll: %w", i, r, err)
 					return
 				}
-				if err := concurrency.UnlockAll(ctx, ms...); err != nil {
-					t.Errorf("session %d, round %d: UnlockAll: %v", i, r, err)
+				if err := concurrency.UnlockAll(t.Context(), ms...); err != nil {
+					errc <- fmt.Errorf("session %d, round %d: UnlockAll: %w", i, r, err)
 					return
 				}
+				done.Add(1)
 			}
+			errc <- nil
 		}()
 	}
-	wg.Wait()
+	// A deadlock is a stall: no session gets all three for 15 s.
+	if err := awaitWorkers(t, errc, sessions, &done, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // All or none: when one lock cannot be had, LockAll releases those it took.
