@@ -37,9 +37,18 @@ func TestQueueExactlyOnce(t *testing.T) {
 		}()
 	}
 	var (
-		mu  sync.Mutex // guards got
-		got = map[string]int{}
+		mu       sync.Mutex // guards got and progress
+		got      = map[string]int{}
+		progress = time.Now() // when got last grew
 	)
+	// Consumers stop when every element is out, or when none has come out
+	// for stall (the checks below then say whether elements were lost or
+	// left in the queue): the loop is bounded even if the queue is not
+	// drained. Each Dequeue is bounded too, so consumers see the end: 2 s,
+	// since under -race on a loaded machine a dequeue (a read and a
+	// delete) has taken more than the 300 ms this test once gave it, and
+	// then every attempt timed out.
+	const stall = 30 * time.Second
 	last := make([]map[int]int, consumers)
 	for c := range consumers {
 		q := recipes.NewQueue(sharedClient(t), pfx)
@@ -49,12 +58,16 @@ func TestQueueExactlyOnce(t *testing.T) {
 			defer wg.Done()
 			for {
 				mu.Lock()
-				n := len(got)
+				n, idle := len(got), time.Since(progress)
 				mu.Unlock()
 				if n >= producers*each {
 					return
 				}
-				ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+				if idle > stall {
+					t.Errorf("consumer %d: no element out for %v, %d of %d out", c, stall, n, producers*each)
+					return
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 				v, err := q.DequeueContext(ctx)
 				cancel()
 				if errors.Is(err, context.DeadlineExceeded) {
@@ -68,6 +81,7 @@ func TestQueueExactlyOnce(t *testing.T) {
 				fmt.Sscanf(v, "%d/%d", &p, &i)
 				mu.Lock()
 				got[v]++
+				progress = time.Now()
 				mu.Unlock()
 				// One consumer sees one producer's elements in order.
 				if prev, ok := last[c][p]; ok && i <= prev {
