@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -818,5 +820,118 @@ func TestSemaphoreSetLimitRace(t *testing.T) {
 		if err := m.Release(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Review of the weighted and resizable semaphore (issue 29, items 1 and 2).
+
+// After a shrink, holders beyond the new limit keep their permits; a waiter
+// behind them must be granted as soon as the holders left fit it with the
+// new limit, whichever holders leave first, not only when the newest of
+// them (the key it watches) goes.
+func TestReviewWeightedShrinkWaiterBehindHolders(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		weights []int // of the holders, oldest first, under limit 4
+		shrink  int
+		release []int // holders released, leaving the newest
+	}{
+		// Older keys weigh 4 > 2: the waiter watches the newest holder.
+		{"weighted", []int{1, 2, 1}, 2, []int{0, 1}},
+		// 4 older keys > limit 2: the same, by count.
+		{"unit", []int{1, 1, 1, 1}, 2, []int{0, 1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pfx := etcdtest.Begin(t)
+			c := sharedClient(t)
+			var hs []*concurrency.Semaphore
+			for _, w := range tc.weights {
+				m := concurrency.NewSemaphore(newSession(t, c), pfx, 4)
+				if err := m.AcquireN(t.Context(), w); err != nil {
+					t.Fatal(err)
+				}
+				hs = append(hs, m)
+			}
+			if err := hs[0].SetLimit(t.Context(), tc.shrink); err != nil {
+				t.Fatal(err)
+			}
+			w := concurrency.NewSemaphore(newSession(t, c), pfx, tc.shrink)
+			werr := acquireAsync(t, t.Context(), w)
+			etcdtest.WaitKeys(t, c, pfx, len(hs)+1)
+			notYet(t, werr, "the waiter behind over-limit holders")
+			for _, i := range tc.release {
+				if err := hs[i].Release(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The newest holder (weight 1) is left: 1 + 1 <= the limit.
+			etcdtest.WaitKeys(t, c, pfx, 2)
+			if err := within(t, 10*time.Second, werr, "the waiter once the holders left fit the limit"); err != nil {
+				t.Fatal(err)
+			}
+			w.Release(t.Context())
+			hs[len(hs)-1].Release(t.Context())
+		})
+	}
+}
+
+// A limit near the largest int: the weights of the keys are added, and
+// the sum must not wrap around to let a second holder in.
+func TestReviewWeightedHugeLimit(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	a := concurrency.NewSemaphore(newSession(t, c), pfx, math.MaxInt)
+	if err := a.AcquireN(t.Context(), math.MaxInt); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 2, math.MaxInt} {
+		b := concurrency.NewSemaphore(newSession(t, c), pfx, math.MaxInt)
+		if err := b.TryAcquireN(t.Context(), n); !errors.Is(err, concurrency.ErrLocked) {
+			t.Errorf("TryAcquireN(%d) beside a holder of all %d permits = %v, want ErrLocked", n, math.MaxInt, err)
+			if err == nil {
+				b.Release(t.Context())
+			}
+		}
+	}
+	a.Release(t.Context())
+	etcdtest.WaitKeys(t, c, pfx, 0)
+}
+
+// SetLimit rewrites every key in one transaction: the doc promises it for
+// names of up to --max-txn-ops keys (128 here, etcd's default) and etcd's
+// error, promptly and with nothing changed, beyond.
+func TestReviewWeightedSetLimitMaxTxnOps(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	s := newSession(t, c)
+	put := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if _, err := c.Put(t.Context(), fmt.Sprintf("%s/%x-%x", pfx, int64(s.Lease()), i), "200", clientv3.WithLease(s.Lease())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	m := concurrency.NewSemaphore(s, pfx, 200)
+	put(0, 128)
+	if err := m.SetLimit(t.Context(), 300); err != nil {
+		t.Errorf("SetLimit on a name of 128 keys (--max-txn-ops 128) = %v", err)
+	}
+	put(128, 150)
+	lim := strconv.Itoa(m.Limit())
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	err := m.SetLimit(ctx, 400)
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("SetLimit on a name of 150 keys = %v (ctx %v), want etcd's error at once", err, ctx.Err())
+	}
+	t.Logf("SetLimit on 150 keys: %v", err)
+	for _, kv := range etcdtest.Keys(t, c, pfx) {
+		if string(kv.Value) != lim {
+			t.Fatalf("%s = %q after a refused SetLimit, want %s", kv.Key, kv.Value, lim)
+		}
+	}
+	if _, err := c.Delete(t.Context(), pfx+"/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
 	}
 }
