@@ -186,13 +186,19 @@ func (m *Semaphore) weigh(key string, w int, own []byte, older []*mvccpb.KeyValu
 		// keyFor): refused, and deleted by the caller.
 		return false, target{}, false, fmt.Errorf("%w: %q has weight %d, not %d", ErrLimitMismatch, key, ow, w)
 	}
-	sum := 0
+	// sum is the older keys' weight, counted only up to lim (over says
+	// it is more): weights near the largest int must not wrap around.
+	sum, over := 0, false
 	for _, kv := range older {
 		kl, err := m.refuseKey(kv, lim)
 		if err != nil {
 			return false, target{}, false, err
 		}
-		sum += kl
+		if kl > lim-sum {
+			over = true
+		} else if !over {
+			sum += kl
+		}
 	}
 	var pred target
 	if len(older) > 0 {
@@ -204,14 +210,14 @@ func (m *Semaphore) weigh(key string, w int, own []byte, older []*mvccpb.KeyValu
 		return false, pred, false, nil
 	case truncated:
 		return false, target{}, true, nil // the limit grew: read them all
-	case sum+w <= lim:
+	case !over && w <= lim-sum:
 		*seen = lim
 		return true, target{}, false, nil
 	case w > lim:
 		// A resize cannot make this (SetLimit refuses a limit below a
 		// key's weight): a key written by another client.
 		return false, target{}, false, fmt.Errorf("%w: %q weighs %d, the limit is %d", ErrWeightExceedsLimit, key, w, lim)
-	case sum <= lim && len(older) > 1:
+	case !over && len(older) > 1:
 		return false, target{over: m.pfx, wake: key}, false, nil
 	}
 	return false, pred, false, nil
