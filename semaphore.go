@@ -404,10 +404,11 @@ func (m *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) 
 // old limit are refused (ErrLimitMismatch) without writing, as any
 // Semaphore with another limit is. On a name without keys there is
 // nothing to rewrite: SetLimit sets only this Semaphore's limit, which
-// its next acquisition gives the name. The rewrite takes one operation
-// per key in one transaction, so a name with more keys than etcd allows
-// in one (--max-txn-ops, 128 by default) cannot be resized: etcd's error
-// is returned and nothing changes. Concurrent SetLimits each apply whole;
+// its next acquisition gives the name. The rewrite is one transaction
+// with a comparison per key and one more (no key is new), so a name with
+// as many keys as etcd allows operations in one (--max-txn-ops, 128 by
+// default: 127 keys can be resized) or more cannot be resized: etcd's
+// error is returned and nothing changes. Concurrent SetLimits each apply whole;
 // the last to commit wins.
 func (m *Semaphore) SetLimit(ctx context.Context, n int) error {
 	if err := validate(m.s, m.pfx); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency"
@@ -897,9 +898,10 @@ func TestReviewWeightedHugeLimit(t *testing.T) {
 	etcdtest.WaitKeys(t, c, pfx, 0)
 }
 
-// SetLimit rewrites every key in one transaction: the doc promises it for
-// names of up to --max-txn-ops keys (128 here, etcd's default) and etcd's
-// error, promptly and with nothing changed, beyond.
+// SetLimit rewrites every key in one transaction, which compares each key
+// and one more: it resizes names of fewer keys than --max-txn-ops (128
+// here, etcd's default), and from that many on it returns etcd's error at
+// once, with nothing changed.
 func TestReviewWeightedSetLimitMaxTxnOps(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
@@ -913,19 +915,25 @@ func TestReviewWeightedSetLimitMaxTxnOps(t *testing.T) {
 		}
 	}
 	m := concurrency.NewSemaphore(s, pfx, 200)
-	put(0, 128)
+	put(0, 127)
 	if err := m.SetLimit(t.Context(), 300); err != nil {
-		t.Errorf("SetLimit on a name of 128 keys (--max-txn-ops 128) = %v", err)
+		t.Fatalf("SetLimit on a name of 127 keys (--max-txn-ops 128) = %v", err)
 	}
-	put(128, 150)
+	put(127, 128)
 	lim := strconv.Itoa(m.Limit())
+	if lim != "300" {
+		t.Fatalf("Limit() = %s after SetLimit(300)", lim)
+	}
+	// The new key has the old value: give it the name's.
+	if _, err := c.Put(t.Context(), fmt.Sprintf("%s/%x-%x", pfx, int64(s.Lease()), 127), lim, clientv3.WithLease(s.Lease())); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	err := m.SetLimit(ctx, 400)
-	if err == nil || ctx.Err() != nil {
-		t.Fatalf("SetLimit on a name of 150 keys = %v (ctx %v), want etcd's error at once", err, ctx.Err())
+	if !errors.Is(err, rpctypes.ErrTooManyOps) || ctx.Err() != nil {
+		t.Fatalf("SetLimit on a name of 128 keys = %v (ctx %v), want etcd's ErrTooManyOps at once", err, ctx.Err())
 	}
-	t.Logf("SetLimit on 150 keys: %v", err)
 	for _, kv := range etcdtest.Keys(t, c, pfx) {
 		if string(kv.Value) != lim {
 			t.Fatalf("%s = %q after a refused SetLimit, want %s", kv.Key, kv.Value, lim)
