@@ -826,56 +826,6 @@ func TestSemaphoreSetLimitRace(t *testing.T) {
 
 // Review of the weighted and resizable semaphore (issue 29, items 1 and 2).
 
-// After a shrink, holders beyond the new limit keep their permits; a waiter
-// behind them must be granted as soon as the holders left fit it with the
-// new limit, whichever holders leave first, not only when the newest of
-// them (the key it watches) goes.
-func TestReviewWeightedShrinkWaiterBehindHolders(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		weights []int // of the holders, oldest first, under limit 4
-		shrink  int
-		release []int // holders released, leaving the newest
-	}{
-		// Older keys weigh 4 > 2: the waiter watches the newest holder.
-		{"weighted", []int{1, 2, 1}, 2, []int{0, 1}},
-		// 4 older keys > limit 2: the same, by count.
-		{"unit", []int{1, 1, 1, 1}, 2, []int{0, 1, 2}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			pfx := etcdtest.Begin(t)
-			c := sharedClient(t)
-			var hs []*concurrency.Semaphore
-			for _, w := range tc.weights {
-				m := concurrency.NewSemaphore(newSession(t, c), pfx, 4)
-				if err := m.AcquireN(t.Context(), w); err != nil {
-					t.Fatal(err)
-				}
-				hs = append(hs, m)
-			}
-			if err := hs[0].SetLimit(t.Context(), tc.shrink); err != nil {
-				t.Fatal(err)
-			}
-			w := concurrency.NewSemaphore(newSession(t, c), pfx, tc.shrink)
-			werr := acquireAsync(t, t.Context(), w)
-			etcdtest.WaitKeys(t, c, pfx, len(hs)+1)
-			notYet(t, werr, "the waiter behind over-limit holders")
-			for _, i := range tc.release {
-				if err := hs[i].Release(t.Context()); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// The newest holder (weight 1) is left: 1 + 1 <= the limit.
-			etcdtest.WaitKeys(t, c, pfx, 2)
-			if err := within(t, 10*time.Second, werr, "the waiter once the holders left fit the limit"); err != nil {
-				t.Fatal(err)
-			}
-			w.Release(t.Context())
-			hs[len(hs)-1].Release(t.Context())
-		})
-	}
-}
-
 // A limit near the largest int: the weights of the keys are added, and
 // the sum must not wrap around to let a second holder in.
 func TestReviewWeightedHugeLimit(t *testing.T) {
