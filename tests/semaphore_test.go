@@ -844,6 +844,25 @@ func TestReviewWeightedHugeLimit(t *testing.T) {
 			}
 		}
 	}
+	// Inspect adds the weights too: a waiter of weight 1 behind the
+	// holder of all permits waits.
+	b := concurrency.NewSemaphore(newSession(t, c), pfx, math.MaxInt)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	berr := acquireAsync(t, ctx, b)
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	q, err := concurrency.Inspect(t.Context(), c, pfx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q.Keys) != 2 || !q.Keys[0].Holds || q.Keys[1].Holds {
+		t.Errorf("Inspect: %+v, want the first key holding and the second waiting", q.Keys)
+	}
+	notYet(t, berr, "a unit waiter behind a holder of all permits")
+	cancel()
+	if err := <-berr; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled waiter = %v, want context.Canceled", err)
+	}
 	a.Release(t.Context())
 	etcdtest.WaitKeys(t, c, pfx, 0)
 }
@@ -892,4 +911,41 @@ func TestReviewWeightedSetLimitMaxTxnOps(t *testing.T) {
 	if _, err := c.Delete(t.Context(), pfx+"/", clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// AcquireN whose ctx ends at any point (before the enqueue, during its
+// RPC, during the wait) leaves no key behind and disturbs no holder.
+func TestReviewWeightedCtxEnds(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	h := concurrency.NewSemaphore(newSession(t, c), pfx, 3)
+	if err := h.AcquireN(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	m := concurrency.NewSemaphore(newSession(t, c), pfx, 3)
+	for i := range 40 {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i)*250*time.Microsecond)
+		err := m.AcquireN(ctx, 1+i%3)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("AcquireN with a %v ctx beside a full holder = %v, want DeadlineExceeded", time.Duration(i)*250*time.Microsecond, err)
+		}
+		if m.Key() != "" || m.Weight() != 0 {
+			t.Fatalf("after a failed AcquireN: Key %q, Weight %d", m.Key(), m.Weight())
+		}
+	}
+	etcdtest.WaitKeys(t, c, pfx, 1)
+	if err := h.Ctx().Err(); err != nil {
+		t.Fatalf("the holder's hold ended: %v", context.Cause(h.Ctx()))
+	}
+	// The failed weights left nothing that counts: a grow lets weight 2 in
+	// beside the holder at once.
+	if err := m.SetLimit(t.Context(), 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.TryAcquireN(t.Context(), 2); err != nil {
+		t.Fatalf("TryAcquireN(2) beside a holder of 3 under limit 5 = %v", err)
+	}
+	m.Release(t.Context())
+	h.Release(t.Context())
 }
