@@ -949,3 +949,44 @@ func TestReviewWeightedCtxEnds(t *testing.T) {
 	m.Release(t.Context())
 	h.Release(t.Context())
 }
+
+// The first waiter watches the name's range and its own key: a grow that
+// rewrites its key while its watch is down, with the history compacted
+// past the rewrite before the watch resumes, must still let it in.
+func TestReviewWeightedGrowWhileWatchDownCompacted(t *testing.T) {
+	clus := bridgeCluster(t)
+	pfx := etcdtest.Begin(t)
+	hc := etcdtest.NewClient(t, []string{clus.Members[1].GRPCURL})
+	wc := etcdtest.NewClient(t, []string{clus.Members[0].GRPCURL})
+	for _, w := range []int{2, 2} {
+		if err := concurrency.NewSemaphore(newSession(t, hc), pfx, 5).AcquireN(t.Context(), w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 2 + 2 + 3 > 5: the first waiter, behind two holders.
+	werr := acquireNAsync(t, t.Context(), concurrency.NewSemaphore(newSession(t, wc), pfx, 5), 3)
+	etcdtest.WaitKeys(t, hc, pfx, 3)
+	notYet(t, werr, "the weight-3 waiter")
+	etcdtest.Cut(t, clus.Members[0])
+	if err := concurrency.NewSemaphore(newSession(t, hc), pfx, 5).SetLimit(t.Context(), 7); err != nil {
+		t.Fatal(err)
+	}
+	var rev int64
+	for range 5 {
+		resp, err := hc.Put(t.Context(), pfx+"-other", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
+	if _, err := hc.Compact(t.Context(), rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	clus.Members[0].Bridge().Unblackhole()
+	if err := within(t, 20*time.Second, werr, "the first waiter after a grow it did not see"); err != nil {
+		t.Fatal(err)
+	}
+	if got := semValues(t, hc, pfx); fmt.Sprint(got) != "[7/2 7/2 7/3]" {
+		t.Fatalf("values %q, want [7/2 7/2 7/3]", got)
+	}
+}
