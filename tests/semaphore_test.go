@@ -971,17 +971,7 @@ func TestReviewWeightedGrowWhileWatchDownCompacted(t *testing.T) {
 	if err := concurrency.NewSemaphore(newSession(t, hc), pfx, 5).SetLimit(t.Context(), 7); err != nil {
 		t.Fatal(err)
 	}
-	var rev int64
-	for range 5 {
-		resp, err := hc.Put(t.Context(), pfx+"-other", "x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		rev = resp.Header.Revision
-	}
-	if _, err := hc.Compact(t.Context(), rev, clientv3.WithCompactPhysical()); err != nil {
-		t.Fatal(err)
-	}
+	compactPast(t, hc, pfx)
 	clus.Members[0].Bridge().Unblackhole()
 	if err := within(t, 20*time.Second, werr, "the first waiter after a grow it did not see"); err != nil {
 		t.Fatal(err)
