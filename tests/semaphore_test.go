@@ -865,6 +865,25 @@ func TestReviewWeightedHugeLimit(t *testing.T) {
 	}
 	a.Release(t.Context())
 	etcdtest.WaitKeys(t, c, pfx, 0)
+
+	// A key written by another client with a limit past the largest int:
+	// refused, not parsed as some other limit.
+	if _, err := c.Put(t.Context(), pfx+"/1-1", "9223372036854775808"); err != nil {
+		t.Fatal(err)
+	}
+	big := concurrency.NewSemaphore(newSession(t, c), pfx, math.MaxInt)
+	if err := big.TryAcquireN(t.Context(), 2); !errors.Is(err, concurrency.ErrLimitMismatch) {
+		t.Errorf("TryAcquireN beside a limit past the largest int = %v, want ErrLimitMismatch", err)
+	}
+	if err := big.SetLimit(t.Context(), 3); !errors.Is(err, concurrency.ErrLimitMismatch) {
+		t.Errorf("SetLimit over a limit past the largest int = %v, want ErrLimitMismatch", err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[9223372036854775808]" {
+		t.Errorf("values %q after refusals", got)
+	}
+	if _, err := c.Delete(t.Context(), pfx+"/1-1"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // SetLimit rewrites every key in one transaction, which compares each key
@@ -978,5 +997,41 @@ func TestReviewWeightedGrowWhileWatchDownCompacted(t *testing.T) {
 	}
 	if got := semValues(t, hc, pfx); fmt.Sprint(got) != "[7/2 7/2 7/3]" {
 		t.Fatalf("values %q, want [7/2 7/2 7/3]", got)
+	}
+}
+
+// A grow lets in, with no release, a waiter whose predecessor is itself a
+// waiter (it watches that key for its grant), not only the waiter behind
+// the holder: 3 held, weights 2 and 2 waiting under 4; under 7 all fit.
+func TestReviewWeightedGrowWakesWaiterBehindWaiter(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	h := concurrency.NewSemaphore(newSession(t, c), pfx, 4)
+	if err := h.AcquireN(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	w1 := concurrency.NewSemaphore(newSession(t, c), pfx, 4)
+	e1 := acquireNAsync(t, t.Context(), w1, 2)
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	w2 := concurrency.NewSemaphore(newSession(t, c), pfx, 4)
+	e2 := acquireNAsync(t, t.Context(), w2, 2)
+	etcdtest.WaitKeys(t, c, pfx, 3)
+	notYet(t, e1, "the first waiter")
+	notYet(t, e2, "the second waiter")
+	if err := h.SetLimit(t.Context(), 7); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range []<-chan error{e1, e2} {
+		if err := within(t, 10*time.Second, e, fmt.Sprintf("waiter %d after the grow", i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w1.Limit() != 7 || w2.Limit() != 7 {
+		t.Errorf("Limit() after a grant under 7: %d and %d", w1.Limit(), w2.Limit())
+	}
+	for _, m := range []*concurrency.Semaphore{w2, w1, h} {
+		if err := m.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
