@@ -1035,3 +1035,49 @@ func TestReviewWeightedGrowWakesWaiterBehindWaiter(t *testing.T) {
 		}
 	}
 }
+
+// A key a Semaphore would adopt (its own key for weight n, left from an
+// earlier attempt) but whose value says another weight is refused, and
+// deleted, never judged with the caller's weight.
+func TestReviewWeightedAdoptOtherWeight(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	s := newSession(t, c)
+	m := concurrency.NewSemaphore(s, pfx, 4)
+	if err := m.Acquire(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	unit := m.Key() // the weight-1 key; weight n's has n XORed into its ID
+	if err := m.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cut := strings.LastIndex(unit, "-")
+	id, err := strconv.ParseUint(unit[cut+1:], 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key2 := fmt.Sprintf("%s%x", unit[:cut+1], id^2)
+	for _, v := range []string{"4/3", "4"} {
+		if _, err := c.Put(t.Context(), key2, v, clientv3.WithLease(s.Lease())); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.AcquireN(t.Context(), 2); !errors.Is(err, concurrency.ErrLimitMismatch) {
+			t.Fatalf("AcquireN(2) adopting its key with value %q = %v, want ErrLimitMismatch", v, err)
+		}
+		etcdtest.WaitKeys(t, c, pfx, 0)
+	}
+	// The key of weight 2, written as weight 2, is adopted and holds.
+	if _, err := c.Put(t.Context(), key2, "4/2", clientv3.WithLease(s.Lease())); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AcquireN(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if m.Key() != key2 || m.Weight() != 2 {
+		t.Fatalf("after adopting: Key %q (want %q), Weight %d", m.Key(), key2, m.Weight())
+	}
+	if err := m.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitKeys(t, c, pfx, 0)
+}
