@@ -388,9 +388,10 @@ func (m *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) 
 // and create revision, so fencing tokens and guarded transactions are
 // untouched), on condition that no key was created or deleted since the
 // read it is based on; if one was, it reads and tries again, until ctx
-// ends. Every grant is decided by one read of the keys, which sees the
-// limit before the resize or after it, never a mix, so no moment lets
-// more in than the old or the new limit. A larger limit lets waiters in
+// ends; if n is the name's limit already, it writes nothing. Every grant
+// is decided by one read of the keys, which sees the limit before the
+// resize or after it, never a mix, so no moment lets more in than the
+// old or the new limit. A larger limit lets waiters in
 // at once (the first waiter watches its own key for it). A smaller one
 // ends no hold: holders beyond it keep their permits, and new grants wait
 // until the holders fit the new limit.
@@ -445,6 +446,17 @@ func (m *Semaphore) setLimit(ctx context.Context, n int) (done bool, err error) 
 		return true, nil
 	}
 	lim, _, _ := parseSemValue(resp.Kvs[0].Value)
+	if lim == n {
+		// Already the name's limit (and every key's, by the guard):
+		// rewriting would only wake every waiter for nothing. The keys
+		// are still checked, as a resize checks them.
+		for _, kv := range resp.Kvs {
+			if _, err := m.refuseKey(kv, lim); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	}
 	// No key created since the read; each key read still there.
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(m.pfx), "<", resp.Header.Revision+1).WithPrefix()}
 	ops := make([]clientv3.Op, 0, len(resp.Kvs))

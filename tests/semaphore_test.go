@@ -1081,3 +1081,33 @@ func TestReviewWeightedAdoptOtherWeight(t *testing.T) {
 	}
 	etcdtest.WaitKeys(t, c, pfx, 0)
 }
+
+// SetLimit to the name's own limit writes nothing: rewriting every key
+// would wake every waiter to read again for nothing.
+func TestReviewWeightedSetLimitSame(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	h := concurrency.NewSemaphore(newSession(t, c), pfx, 3)
+	if err := h.AcquireN(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	w := concurrency.NewSemaphore(newSession(t, c), pfx, 3)
+	werr := acquireAsync(t, t.Context(), w)
+	before := etcdtest.WaitKeys(t, c, pfx, 2)
+	if err := concurrency.NewSemaphore(newSession(t, c), pfx, 3).SetLimit(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	for i, kv := range etcdtest.Keys(t, c, pfx) {
+		if kv.ModRevision != before[i].ModRevision {
+			t.Errorf("%s rewritten by SetLimit to its own limit (mod revision %d, was %d)", kv.Key, kv.ModRevision, before[i].ModRevision)
+		}
+	}
+	notYet(t, werr, "the waiter")
+	if err := h.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, werr, "the waiter"); err != nil {
+		t.Fatal(err)
+	}
+	w.Release(t.Context())
+}
