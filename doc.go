@@ -141,8 +141,9 @@
 //
 // What it cannot promise: the limit lives in the keys, so it is forgotten
 // when the last key goes, and the next user sets its own (a resize lasts
-// while the name is in use); a name with more keys than one transaction
-// may hold (etcd's --max-txn-ops, 128 by default) cannot be resized;
+// while the name is in use); a name with as many keys as one transaction
+// may hold operations or more (etcd's --max-txn-ops, 128 by default: one
+// comparison per key and one more) cannot be resized;
 // after a shrink, Inspect shows holders beyond the new limit as waiting
 // (it judges by the current limit), and the first waiter behind them
 // waits for the newest of them to leave before it counts again; and a

@@ -3,6 +3,7 @@ package concurrency
 import (
 	"context"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 
@@ -153,7 +154,8 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 			if l, w, ok := parseSemValue(kv.Value); ok {
 				k.Limit, k.Weight = l, w
 			}
-			k.Holds = k.Limit > 0 && weight+k.Weight <= k.Limit
+			// weight <= Limit first: the sum must not wrap around.
+			k.Holds = k.Limit > 0 && weight <= k.Limit && k.Weight <= k.Limit-weight
 		case KindReader:
 			k.Holds = nonReaders == 0
 		default:
@@ -162,7 +164,7 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 		if k.Kind != KindReader {
 			nonReaders++
 		}
-		weight += max(k.Weight, 1)
+		weight += min(max(k.Weight, 1), math.MaxInt-weight) // at most MaxInt
 		if k.Lease != clientv3.NoLease {
 			ttls[k.Lease] = -1
 		}

@@ -186,13 +186,19 @@ func (m *Semaphore) weigh(key string, w int, own []byte, older []*mvccpb.KeyValu
 		// keyFor): refused, and deleted by the caller.
 		return false, target{}, false, fmt.Errorf("%w: %q has weight %d, not %d", ErrLimitMismatch, key, ow, w)
 	}
-	sum := 0
+	// sum is the older keys' weight, counted only up to lim (over says
+	// it is more): weights near the largest int must not wrap around.
+	sum, over := 0, false
 	for _, kv := range older {
 		kl, err := m.refuseKey(kv, lim)
 		if err != nil {
 			return false, target{}, false, err
 		}
-		sum += kl
+		if kl > lim-sum {
+			over = true
+		} else if !over {
+			sum += kl
+		}
 	}
 	var pred target
 	if len(older) > 0 {
@@ -204,14 +210,14 @@ func (m *Semaphore) weigh(key string, w int, own []byte, older []*mvccpb.KeyValu
 		return false, pred, false, nil
 	case truncated:
 		return false, target{}, true, nil // the limit grew: read them all
-	case sum+w <= lim:
+	case !over && w <= lim-sum:
 		*seen = lim
 		return true, target{}, false, nil
 	case w > lim:
 		// A resize cannot make this (SetLimit refuses a limit below a
 		// key's weight): a key written by another client.
 		return false, target{}, false, fmt.Errorf("%w: %q weighs %d, the limit is %d", ErrWeightExceedsLimit, key, w, lim)
-	case sum <= lim && len(older) > 1:
+	case !over && len(older) > 1:
 		return false, target{over: m.pfx, wake: key}, false, nil
 	}
 	return false, pred, false, nil
@@ -382,9 +388,10 @@ func (m *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) 
 // and create revision, so fencing tokens and guarded transactions are
 // untouched), on condition that no key was created or deleted since the
 // read it is based on; if one was, it reads and tries again, until ctx
-// ends. Every grant is decided by one read of the keys, which sees the
-// limit before the resize or after it, never a mix, so no moment lets
-// more in than the old or the new limit. A larger limit lets waiters in
+// ends; if n is the name's limit already, it writes nothing. Every grant
+// is decided by one read of the keys, which sees the limit before the
+// resize or after it, never a mix, so no moment lets more in than the
+// old or the new limit. A larger limit lets waiters in
 // at once (the first waiter watches its own key for it). A smaller one
 // ends no hold: holders beyond it keep their permits, and new grants wait
 // until the holders fit the new limit.
@@ -398,10 +405,11 @@ func (m *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) 
 // old limit are refused (ErrLimitMismatch) without writing, as any
 // Semaphore with another limit is. On a name without keys there is
 // nothing to rewrite: SetLimit sets only this Semaphore's limit, which
-// its next acquisition gives the name. The rewrite takes one operation
-// per key in one transaction, so a name with more keys than etcd allows
-// in one (--max-txn-ops, 128 by default) cannot be resized: etcd's error
-// is returned and nothing changes. Concurrent SetLimits each apply whole;
+// its next acquisition gives the name. The rewrite is one transaction
+// with a comparison per key and one more (no key is new), so a name with
+// as many keys as etcd allows operations in one (--max-txn-ops, 128 by
+// default: 127 keys can be resized) or more cannot be resized: etcd's
+// error is returned and nothing changes. Concurrent SetLimits each apply whole;
 // the last to commit wins.
 func (m *Semaphore) SetLimit(ctx context.Context, n int) error {
 	if err := validate(m.s, m.pfx); err != nil {
@@ -438,6 +446,17 @@ func (m *Semaphore) setLimit(ctx context.Context, n int) (done bool, err error) 
 		return true, nil
 	}
 	lim, _, _ := parseSemValue(resp.Kvs[0].Value)
+	if lim == n {
+		// Already the name's limit (and every key's, by the guard):
+		// rewriting would only wake every waiter for nothing. The keys
+		// are still checked, as a resize checks them.
+		for _, kv := range resp.Kvs {
+			if _, err := m.refuseKey(kv, lim); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	}
 	// No key created since the read; each key read still there.
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(m.pfx), "<", resp.Header.Revision+1).WithPrefix()}
 	ops := make([]clientv3.Op, 0, len(resp.Kvs))

@@ -681,6 +681,23 @@ func TestMutexIsOwnerWhileWaiting(t *testing.T) {
 	}
 }
 
+// compactPast writes pfx+"-other" a few times and compacts etcd's history
+// up to the last write, so that a watch resuming from before fails.
+func compactPast(t *testing.T, c *clientv3.Client, pfx string) {
+	t.Helper()
+	var rev int64
+	for range 5 {
+		resp, err := c.Put(t.Context(), pfx+"-other", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
+	if _, err := c.Compact(t.Context(), rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A compaction while a waiter waits must not fail its Lock: in etcd's
 // package a watch that resumes after a dropped connection from a compacted
 // revision ended the Lock with ErrCompacted.
@@ -697,17 +714,7 @@ func TestMutexCompactionDuringWait(t *testing.T) {
 			}
 			errc := lockAsync(t, t.Context(), im.newMutex(im.mustSession(t, wc, 60), pfx))
 			etcdtest.WaitKeys(t, hc, pfx, 2)
-			var rev int64
-			for i := 0; i < 5; i++ {
-				resp, err := hc.Put(t.Context(), pfx+"-other", "x")
-				if err != nil {
-					t.Fatal(err)
-				}
-				rev = resp.Header.Revision
-			}
-			if _, err := hc.Compact(t.Context(), rev, clientv3.WithCompactPhysical()); err != nil {
-				t.Fatal(err)
-			}
+			compactPast(t, hc, pfx)
 			clus.Members[0].Bridge().DropConnections()
 			if err := holder.Unlock(t.Context()); err != nil {
 				t.Fatal(err)

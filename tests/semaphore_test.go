@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency"
@@ -819,4 +822,292 @@ func TestSemaphoreSetLimitRace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// Review of the weighted and resizable semaphore (issue 29, items 1 and 2).
+
+// A limit near the largest int: the weights of the keys are added, and
+// the sum must not wrap around to let a second holder in.
+func TestReviewWeightedHugeLimit(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	a := concurrency.NewSemaphore(newSession(t, c), pfx, math.MaxInt)
+	if err := a.AcquireN(t.Context(), math.MaxInt); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 2, math.MaxInt} {
+		b := concurrency.NewSemaphore(newSession(t, c), pfx, math.MaxInt)
+		if err := b.TryAcquireN(t.Context(), n); !errors.Is(err, concurrency.ErrLocked) {
+			t.Errorf("TryAcquireN(%d) beside a holder of all %d permits = %v, want ErrLocked", n, math.MaxInt, err)
+			if err == nil {
+				b.Release(t.Context())
+			}
+		}
+	}
+	// Inspect adds the weights too: a waiter of weight 1 behind the
+	// holder of all permits waits.
+	b := concurrency.NewSemaphore(newSession(t, c), pfx, math.MaxInt)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	berr := acquireAsync(t, ctx, b)
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	q, err := concurrency.Inspect(t.Context(), c, pfx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q.Keys) != 2 || !q.Keys[0].Holds || q.Keys[1].Holds {
+		t.Errorf("Inspect: %+v, want the first key holding and the second waiting", q.Keys)
+	}
+	notYet(t, berr, "a unit waiter behind a holder of all permits")
+	cancel()
+	if err := <-berr; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled waiter = %v, want context.Canceled", err)
+	}
+	a.Release(t.Context())
+	etcdtest.WaitKeys(t, c, pfx, 0)
+
+	// A key written by another client with a limit past the largest int:
+	// refused, not parsed as some other limit.
+	if _, err := c.Put(t.Context(), pfx+"/1-1", "9223372036854775808"); err != nil {
+		t.Fatal(err)
+	}
+	big := concurrency.NewSemaphore(newSession(t, c), pfx, math.MaxInt)
+	if err := big.TryAcquireN(t.Context(), 2); !errors.Is(err, concurrency.ErrLimitMismatch) {
+		t.Errorf("TryAcquireN beside a limit past the largest int = %v, want ErrLimitMismatch", err)
+	}
+	if err := big.SetLimit(t.Context(), 3); !errors.Is(err, concurrency.ErrLimitMismatch) {
+		t.Errorf("SetLimit over a limit past the largest int = %v, want ErrLimitMismatch", err)
+	}
+	if got := semValues(t, c, pfx); fmt.Sprint(got) != "[9223372036854775808]" {
+		t.Errorf("values %q after refusals", got)
+	}
+	if _, err := c.Delete(t.Context(), pfx+"/1-1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SetLimit rewrites every key in one transaction, which compares each key
+// and one more: it resizes names of fewer keys than --max-txn-ops (128
+// here, etcd's default), and from that many on it returns etcd's error at
+// once, with nothing changed.
+func TestReviewWeightedSetLimitMaxTxnOps(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	s := newSession(t, c)
+	put := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if _, err := c.Put(t.Context(), fmt.Sprintf("%s/%x-%x", pfx, int64(s.Lease()), i), "200", clientv3.WithLease(s.Lease())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	m := concurrency.NewSemaphore(s, pfx, 200)
+	put(0, 127)
+	if err := m.SetLimit(t.Context(), 300); err != nil {
+		t.Fatalf("SetLimit on a name of 127 keys (--max-txn-ops 128) = %v", err)
+	}
+	put(127, 128)
+	lim := strconv.Itoa(m.Limit())
+	if lim != "300" {
+		t.Fatalf("Limit() = %s after SetLimit(300)", lim)
+	}
+	// The new key has the old value: give it the name's.
+	if _, err := c.Put(t.Context(), fmt.Sprintf("%s/%x-%x", pfx, int64(s.Lease()), 127), lim, clientv3.WithLease(s.Lease())); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	err := m.SetLimit(ctx, 400)
+	if !errors.Is(err, rpctypes.ErrTooManyOps) || ctx.Err() != nil {
+		t.Fatalf("SetLimit on a name of 128 keys = %v (ctx %v), want etcd's ErrTooManyOps at once", err, ctx.Err())
+	}
+	for _, kv := range etcdtest.Keys(t, c, pfx) {
+		if string(kv.Value) != lim {
+			t.Fatalf("%s = %q after a refused SetLimit, want %s", kv.Key, kv.Value, lim)
+		}
+	}
+	if _, err := c.Delete(t.Context(), pfx+"/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// AcquireN whose ctx ends at any point (before the enqueue, during its
+// RPC, during the wait) leaves no key behind and disturbs no holder.
+func TestReviewWeightedCtxEnds(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	h := concurrency.NewSemaphore(newSession(t, c), pfx, 3)
+	if err := h.AcquireN(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	m := concurrency.NewSemaphore(newSession(t, c), pfx, 3)
+	for i := range 40 {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Duration(i)*250*time.Microsecond)
+		err := m.AcquireN(ctx, 1+i%3)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("AcquireN with a %v ctx beside a full holder = %v, want DeadlineExceeded", time.Duration(i)*250*time.Microsecond, err)
+		}
+		if m.Key() != "" || m.Weight() != 0 {
+			t.Fatalf("after a failed AcquireN: Key %q, Weight %d", m.Key(), m.Weight())
+		}
+	}
+	etcdtest.WaitKeys(t, c, pfx, 1)
+	if err := h.Ctx().Err(); err != nil {
+		t.Fatalf("the holder's hold ended: %v", context.Cause(h.Ctx()))
+	}
+	// The failed weights left nothing that counts: a grow lets weight 2 in
+	// beside the holder at once.
+	if err := m.SetLimit(t.Context(), 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.TryAcquireN(t.Context(), 2); err != nil {
+		t.Fatalf("TryAcquireN(2) beside a holder of 3 under limit 5 = %v", err)
+	}
+	m.Release(t.Context())
+	h.Release(t.Context())
+}
+
+// The first waiter watches the name's range and its own key: a grow that
+// rewrites its key while its watch is down, with the history compacted
+// past the rewrite before the watch resumes, must still let it in.
+func TestReviewWeightedGrowWhileWatchDownCompacted(t *testing.T) {
+	clus := bridgeCluster(t)
+	pfx := etcdtest.Begin(t)
+	hc := etcdtest.NewClient(t, []string{clus.Members[1].GRPCURL})
+	wc := etcdtest.NewClient(t, []string{clus.Members[0].GRPCURL})
+	for _, w := range []int{2, 2} {
+		if err := concurrency.NewSemaphore(newSession(t, hc), pfx, 5).AcquireN(t.Context(), w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 2 + 2 + 3 > 5: the first waiter, behind two holders.
+	werr := acquireNAsync(t, t.Context(), concurrency.NewSemaphore(newSession(t, wc), pfx, 5), 3)
+	etcdtest.WaitKeys(t, hc, pfx, 3)
+	notYet(t, werr, "the weight-3 waiter")
+	etcdtest.Cut(t, clus.Members[0])
+	if err := concurrency.NewSemaphore(newSession(t, hc), pfx, 5).SetLimit(t.Context(), 7); err != nil {
+		t.Fatal(err)
+	}
+	compactPast(t, hc, pfx)
+	clus.Members[0].Bridge().Unblackhole()
+	if err := within(t, 20*time.Second, werr, "the first waiter after a grow it did not see"); err != nil {
+		t.Fatal(err)
+	}
+	if got := semValues(t, hc, pfx); fmt.Sprint(got) != "[7/2 7/2 7/3]" {
+		t.Fatalf("values %q, want [7/2 7/2 7/3]", got)
+	}
+}
+
+// A grow lets in, with no release, a waiter whose predecessor is itself a
+// waiter (it watches that key for its grant), not only the waiter behind
+// the holder: 3 held, weights 2 and 2 waiting under 4; under 7 all fit.
+func TestReviewWeightedGrowWakesWaiterBehindWaiter(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	h := concurrency.NewSemaphore(newSession(t, c), pfx, 4)
+	if err := h.AcquireN(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	w1 := concurrency.NewSemaphore(newSession(t, c), pfx, 4)
+	e1 := acquireNAsync(t, t.Context(), w1, 2)
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	w2 := concurrency.NewSemaphore(newSession(t, c), pfx, 4)
+	e2 := acquireNAsync(t, t.Context(), w2, 2)
+	etcdtest.WaitKeys(t, c, pfx, 3)
+	notYet(t, e1, "the first waiter")
+	notYet(t, e2, "the second waiter")
+	if err := h.SetLimit(t.Context(), 7); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range []<-chan error{e1, e2} {
+		if err := within(t, 10*time.Second, e, fmt.Sprintf("waiter %d after the grow", i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w1.Limit() != 7 || w2.Limit() != 7 {
+		t.Errorf("Limit() after a grant under 7: %d and %d", w1.Limit(), w2.Limit())
+	}
+	for _, m := range []*concurrency.Semaphore{w2, w1, h} {
+		if err := m.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A key a Semaphore would adopt (its own key for weight n, left from an
+// earlier attempt) but whose value says another weight is refused, and
+// deleted, never judged with the caller's weight.
+func TestReviewWeightedAdoptOtherWeight(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	s := newSession(t, c)
+	m := concurrency.NewSemaphore(s, pfx, 4)
+	if err := m.Acquire(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	unit := m.Key() // the weight-1 key; weight n's has n XORed into its ID
+	if err := m.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cut := strings.LastIndex(unit, "-")
+	id, err := strconv.ParseUint(unit[cut+1:], 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key2 := fmt.Sprintf("%s%x", unit[:cut+1], id^2)
+	for _, v := range []string{"4/3", "4"} {
+		if _, err := c.Put(t.Context(), key2, v, clientv3.WithLease(s.Lease())); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.AcquireN(t.Context(), 2); !errors.Is(err, concurrency.ErrLimitMismatch) {
+			t.Fatalf("AcquireN(2) adopting its key with value %q = %v, want ErrLimitMismatch", v, err)
+		}
+		etcdtest.WaitKeys(t, c, pfx, 0)
+	}
+	// The key of weight 2, written as weight 2, is adopted and holds.
+	if _, err := c.Put(t.Context(), key2, "4/2", clientv3.WithLease(s.Lease())); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AcquireN(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if m.Key() != key2 || m.Weight() != 2 {
+		t.Fatalf("after adopting: Key %q (want %q), Weight %d", m.Key(), key2, m.Weight())
+	}
+	if err := m.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitKeys(t, c, pfx, 0)
+}
+
+// SetLimit to the name's own limit writes nothing: rewriting every key
+// would wake every waiter to read again for nothing.
+func TestReviewWeightedSetLimitSame(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	h := concurrency.NewSemaphore(newSession(t, c), pfx, 3)
+	if err := h.AcquireN(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	w := concurrency.NewSemaphore(newSession(t, c), pfx, 3)
+	werr := acquireAsync(t, t.Context(), w)
+	before := etcdtest.WaitKeys(t, c, pfx, 2)
+	if err := concurrency.NewSemaphore(newSession(t, c), pfx, 3).SetLimit(t.Context(), 3); err != nil {
+		t.Fatal(err)
+	}
+	for i, kv := range etcdtest.Keys(t, c, pfx) {
+		if kv.ModRevision != before[i].ModRevision {
+			t.Errorf("%s rewritten by SetLimit to its own limit (mod revision %d, was %d)", kv.Key, kv.ModRevision, before[i].ModRevision)
+		}
+	}
+	notYet(t, werr, "the waiter")
+	if err := h.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, werr, "the waiter"); err != nil {
+		t.Fatal(err)
+	}
+	w.Release(t.Context())
 }
