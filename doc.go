@@ -86,6 +86,44 @@
 // a new session after a loss, and resigns at once when it is done, so that
 // a follower takes over in about one commit rather than one TTL.
 //
+// # Max hold
+//
+// WithMaxHold(d) bounds every hold taken on a session to d even while its
+// process runs and renews the session (Redisson's leaseTime, and its
+// expirable semaphore permits). Once a hold is granted, its key is moved,
+// with the same create revision, value and place in the queue, to a lease
+// of its own granted with a TTL of d rounded up to whole seconds and never
+// renewed. So the fencing token (Token, the create revision) and guarded
+// writes (Txn) are unchanged, and etcd's Mutex and `etcdctl lock` on the
+// same name see an ordinary key: their waiters watch only for its
+// deletion. The hold's Ctx is cancelled with cause ErrMaxHold at the send
+// time of the lease's grant plus d, less a tenth of d (a second at most),
+// and the holder then revokes the lease, which deletes the key; whenever
+// the hold ends otherwise (release, loss, end of its session, Close), the
+// lease is revoked too. Each hold costs one LeaseGrant and one transaction
+// more before Lock returns, and one LeaseRevoke, in the background, when
+// it ends. It applies to Mutex, Semaphore, RWMutex and Campaign (Proclaim
+// keeps the key on the hold's lease), not to ResumeElection or Lead.
+//
+// What it cannot promise:
+//
+//   - d is a bound on the hold, not on the work: the work must watch Ctx
+//     (or fence its writes) and stop, as after any loss.
+//   - A holder that crashes or is cut off from etcd keeps the name until
+//     the hold's lease expires, d after its grant, however short its
+//     session's TTL: the key is no longer on the session's lease. For the
+//     same reason, revoking the session's lease from outside frees the name
+//     only once the session notices (at its next renewal, within a third of
+//     its TTL) and revokes the hold's lease, or at d.
+//   - etcd expires a lease on its leader's clock, in whole seconds, and a
+//     new leader renews every lease for its full TTL: a key whose holder
+//     cannot revoke it can outlive d by up to d, plus the election, when
+//     etcd's leader changes meanwhile.
+//   - Inspect shows the hold's own lease and its TTL left for the key, but
+//     no Owner: the session's owner record is on the session's lease.
+//   - Observers of an Election (Observe) may see the leader's key put once more,
+//     with the same value, when it moves to its own lease.
+//
 // # Differences from etcd's package
 //
 // Everything etcd's package documents holds here, and anything etcd's

@@ -104,4 +104,14 @@ var (
 	// given WithOwner or WithLeadOwner is too large to record (its JSON
 	// is over 1 KiB).
 	ErrInvalidOwner = errors.New("concurrency: invalid owner")
+
+	// ErrMaxHold is the context.Cause of a hold's Ctx when the hold reached
+	// the longest time its session allows (WithMaxHold): the hold ended
+	// although its holder still ran and renewed its session. Its key is
+	// gone or going, on a lease of its own that was never renewed.
+	ErrMaxHold = errors.New("concurrency: hold reached its maximum duration")
+
+	// ErrInvalidMaxHold is returned by NewSession for WithMaxHold(d) with
+	// d under a second: etcd's leases count whole seconds.
+	ErrInvalidMaxHold = errors.New("concurrency: max hold must be at least a second")
 )

@@ -28,8 +28,9 @@ import (
 type hold struct {
 	s       *Session
 	key     string
-	rev     int64 // create revision of key: the fencing token
-	seenRev int64 // the revision of the read that last saw key, 0 if unknown
+	rev     int64            // create revision of key: the fencing token
+	lease   clientv3.LeaseID // the lease key is on: the session's, or its own with a max hold (see bound)
+	seenRev int64            // the revision of the read that last saw key, 0 if unknown
 	since   time.Time
 
 	ctx    context.Context // cancelled with the cause that ended the hold
@@ -83,7 +84,63 @@ func newHold(s *Session, key string, rev, seenRev int64) *hold {
 	// The session's cause (wrapping ErrSessionExpired) passes to the hold.
 	// An orphaned session's holds go on: their watch tells when they end.
 	ctx, cancel := context.WithCancelCause(s.life)
-	return &hold{s: s, key: key, rev: rev, seenRev: seenRev, since: time.Now(), ctx: ctx, cancel: cancel}
+	return &hold{s: s, key: key, rev: rev, seenRev: seenRev, lease: s.id, since: time.Now(), ctx: ctx, cancel: cancel}
+}
+
+// bound limits the hold to d (see WithMaxHold): it grants a lease of its
+// own with a TTL of d rounded up to whole seconds, moves the key to it
+// (same create revision, value and place), and ends the hold with
+// ErrMaxHold at the grant's send time plus d less a margin, before etcd
+// can expire the lease. Whenever the hold ends, for whatever reason, the
+// lease is revoked in the background, bounded by cleanupTimeout: that
+// deletes the key if it is still on it. On error the hold has not begun:
+// the caller ends it and deletes the key; a lease granted is revoked.
+func (h *hold) bound(ctx context.Context, d time.Duration) error {
+	s := h.s
+	sent := time.Now()
+	var lease clientv3.LeaseID
+	// An attempt applied after all but unanswered leaves a lease with no
+	// key, which expires after d.
+	err := s.ask(ctx, func(ctx context.Context) error {
+		resp, err := s.client.Grant(ctx, int64((d+time.Second-1)/time.Second))
+		if err == nil {
+			lease = resp.ID
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !s.startSettling() {
+		s.revoke(lease) // Close has begun: nobody would wait for a goroutine
+		return context.Cause(s.life)
+	}
+	context.AfterFunc(h.ctx, func() {
+		defer s.settling.Done()
+		s.revoke(lease)
+	})
+	var resp *clientv3.TxnResponse
+	err = s.ask(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
+			Then(clientv3.OpPut(h.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease))).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		s.check()
+		return fmt.Errorf("%w: key %q was deleted before its max hold began", ErrSessionExpired, h.key)
+	}
+	h.lease = lease
+	at := sent.Add(d - min(d/10, time.Second))
+	t := time.AfterFunc(time.Until(at), func() {
+		h.finish(fmt.Errorf("%w: %v: key %q on lease %x", ErrMaxHold, d, h.key, int64(lease)))
+	})
+	context.AfterFunc(h.ctx, func() { t.Stop() })
+	return nil
 }
 
 // watch starts the goroutine that watches the key, if the context was

@@ -177,7 +177,9 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 // wait's own cancellation by the session's end comes a goroutine later;
 // this check does not wait for it. A Semaphore's hold whose key existed
 // before the read that granted it (waited, or adopted) tells the waiter
-// behind it (see promote), without delaying the grant.
+// behind it (see promote), without delaying the grant. With a max hold
+// (WithMaxHold), the key is first moved to a lease of its own (see
+// hold.bound); if that fails, the key is deleted and the error returned.
 func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr *pb.ResponseHeader, existed bool) (*hold, *pb.ResponseHeader, error) {
 	err := ctx.Err()
 	if s.life.Err() != nil {
@@ -188,6 +190,16 @@ func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr
 		return nil, nil, err
 	}
 	h := newHold(s, key, rev, hdr.Revision)
+	if d := s.opts.maxHold; d > 0 {
+		if err := h.bound(ctx, d); err != nil {
+			h.end(err) // revokes the hold's own lease, if granted
+			s.unuse(ctx, key, rev, deleteNow)
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return nil, nil, err
+		}
+	}
 	if existed && r.limit > 1 {
 		h.promote()
 	}
@@ -405,7 +417,7 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 // create revision rev; if not, it returns an error matching
 // ErrSessionExpired (the key was deleted).
 func putIfRev(ctx context.Context, s *Session, key string, rev int64, val string) error {
-	resp, err := s.setIfRev(ctx, key, rev, val)
+	resp, err := s.setIfRev(ctx, key, rev, val, s.id)
 	if err != nil {
 		return err
 	}

@@ -31,12 +31,13 @@ type lockOptions struct {
 	conflict    exitCodeValue // --conflict-exit-code: for --try busy and --timeout
 	setConflict bool          // --conflict-exit-code was given
 	quiet       bool
-	limit       int    // --limit: a Semaphore with this many permits; 0 without the flag
-	setLimit    bool   // --limit was given (so that --limit 0 is refused)
-	shared      bool   // --shared: an RWMutex's read side
-	exclusive   bool   // --exclusive: an RWMutex's write side
-	metrics     string // --metrics-addr
-	fg          bool   // --foreground
+	limit       int           // --limit: a Semaphore with this many permits; 0 without the flag
+	setLimit    bool          // --limit was given (so that --limit 0 is refused)
+	shared      bool          // --shared: an RWMutex's read side
+	exclusive   bool          // --exclusive: an RWMutex's write side
+	metrics     string        // --metrics-addr
+	fg          bool          // --foreground
+	maxHold     time.Duration // --max-hold: 0 bounds nothing
 
 	own   concurrency.Owner // the session's owner record
 	lease clientv3.LeaseID  // the session's lease
@@ -143,6 +144,13 @@ the command if there is one) beside its lease, under
 /_concurrency/owner/, which inspect shows for every kind of lock; where the
 user may not write there, the lock works without it.
 
+--max-hold D bounds the hold to D even while etcdlock and the command run
+(Redisson's leaseTime): the key moves, with its token, to a lease of its own
+that etcdlock never renews, so etcd removes it D after the grant even if
+etcdlock is cut off or stopped; after D (less a tenth, at most 1 s) the
+command is stopped as on a loss, and etcdlock exits 122. A crashed holder
+then keeps the lock until D, not --ttl.
+
 Exit codes: the command's status, or 1 (among other errors: the name is
 in use by another kind of lock, or a semaphore with another limit),
 2 (usage, including --limit below 1), 120 (etcd unreachable),
@@ -166,6 +174,9 @@ See 'etcdlock --help'.`,
   etcdlock lock --try nightly-report -- /usr/local/bin/report || [ $? -eq 123 ]
   # the same, as flock -n -E 0 does it: a busy lock exits 0
   etcdlock lock --try -E 0 nightly-report -- /usr/local/bin/report
+
+  # a job that must never hold the lock more than 15 minutes
+  etcdlock lock --max-hold 15m nightly-report -- /usr/local/bin/report
 
   # wait at most 30 seconds (as flock -w 30); on a loss, send SIGHUP (as timeout -s HUP)
   etcdlock lock --timeout 30 --signal HUP config-reload -- /usr/local/bin/reload
@@ -198,6 +209,7 @@ See 'etcdlock --help'.`,
 	f.BoolVar(&o.exclusive, "exclusive", false, "hold the write side of a reader/writer lock named NAME")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
 	f.BoolVar(&o.fg, "foreground", false, foregroundUsage)
+	durationVar(f, &o.maxHold, "max-hold", 0, "hold the lock this long at most (at least 1s), even while this process runs: the command is then stopped as on a loss (exit 122), and etcd removes the key itself if etcdlock cannot; 0 bounds nothing")
 	cmd.RegisterFlagCompletionFunc("signal", completeSignal)
 	return cmd
 }
@@ -251,6 +263,8 @@ func (o *lockOptions) validate() error {
 		return usagef("--timeout must not be negative, not %v", o.timeout)
 	case o.killGrace < 0:
 		return usagef("--kill-grace must not be negative, not %v", o.killGrace)
+	case o.maxHold != 0 && o.maxHold < time.Second:
+		return withCode(exitUsage, fmt.Errorf("--max-hold %v: %w", o.maxHold, concurrency.ErrInvalidMaxHold))
 	case o.setLimit && o.limit < 1:
 		return withCode(exitUsage, fmt.Errorf("--limit must be at least 1, not %d: %w", o.limit, concurrency.ErrInvalidLimit))
 	case o.shared && o.exclusive:
@@ -409,7 +423,7 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 	defer stopMetrics()
 	o.own = owner("lock", command)
 	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name),
-		concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(o.own))
+		concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(o.own), concurrency.WithMaxHold(o.maxHold))
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -330,4 +331,43 @@ func TestLockExcludesEtcdPackage(t *testing.T) {
 		t.Errorf("etcdlock's token %d is not after etcd's hold (revision %d)", rev, m.Header().Revision)
 	}
 	etcdtest.WaitKeys(t, c, pfx, 0)
+}
+
+// --max-hold: the command runs with the key on a lease of its own, and is
+// stopped as on a loss once the max hold passes, although etcdlock runs
+// and renews its session; the next holder (etcd's own Mutex) gets the
+// lock.
+func TestMaxHoldLockStopsCommand(t *testing.T) {
+	pfx := begin(t)
+	c := sharedClient(t)
+	p := start(t, nil, "lock", "--max-hold", "3", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	p.waitFor(p.stdout, "ready\n")
+	locked := time.Now()
+	kvs := etcdtest.WaitKeys(t, c, pfx, 1)
+	r, err := c.TimeToLive(t.Context(), clientv3.LeaseID(kvs[0].Lease))
+	if err != nil || r.GrantedTTL != 3 {
+		t.Fatalf("the key's lease: %v %v, want one granted 3 s (the max hold's, not --ttl's)", r, err)
+	}
+	s, err := etcdconc.NewSession(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := etcdconc.NewMutex(s, pfx)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	if err := m.Lock(ctx); err != nil {
+		t.Fatalf("etcd's Mutex behind --max-hold 3: %v", err)
+	}
+	took := time.Since(locked)
+	p.expectExit(10*time.Second, exitLost)
+	if took > 10*time.Second {
+		t.Errorf("next holder granted %v after the command started, with --max-hold 3", took)
+	}
+	if s := p.stderr.String(); !strings.Contains(s, "lost lock") || !strings.Contains(s, "maximum duration") || !strings.Contains(s, "sending SIGTERM") {
+		t.Errorf("stderr does not say the max hold passed and the command was stopped:\n%s", s)
+	}
+	if err := m.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }
