@@ -124,6 +124,35 @@
 //   - Observers of an Election (Observe) may see the leader's key put once more,
 //     with the same value, when it moves to its own lease.
 //
+// # Yield requests
+//
+// RequestYield asks the holders of a name to let go (Curator's revocable
+// locks; Kubernetes' coordinated leader election asks a leader to end its
+// term). It writes, for each holder, the key YieldPrefix followed by the
+// holder's key, whose value is the hold's token, attached to the holder's
+// own lease, in one transaction that applies only while those holds are
+// current. A hold whose session opted in (WithYield; Lead with
+// WithLeadYield) watches that key once its Ctx is asked for, with the
+// same liveness checks as every other watch (see above), and its Ctx
+// ends with cause ErrYieldRequested; the holder then releases as after a
+// loss (Do does, and Lead closes the term's session and campaigns again,
+// behind the candidates already waiting). A request names one hold: the
+// next hold of the same key (the same session locking again) is not
+// asked by it.
+//
+// What it cannot promise:
+//
+//   - It is a request: a holder without WithYield, etcd's package and
+//     `etcdctl lock` never see it, and RequestYield cannot tell them apart
+//     (it returns whom it asked; Inspect shows YieldRequested).
+//   - A holder that opted in but never asked for its Ctx (only Lock and
+//     Unlock) keeps no watch, and so does not hear it.
+//   - The hold ends at the holder: its key stays until the holder
+//     releases it or its session ends, so a holder stuck in its work keeps
+//     the lock (WithMaxHold bounds that).
+//   - Writing the request needs write permission on YieldPrefix, and the
+//     holder read permission there, on a cluster with authentication.
+//
 // # Differences from etcd's package
 //
 // Everything etcd's package documents holds here, and anything etcd's

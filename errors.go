@@ -114,4 +114,12 @@ var (
 	// ErrInvalidMaxHold is returned by NewSession for WithMaxHold(d) with
 	// d under a second: etcd's leases count whole seconds.
 	ErrInvalidMaxHold = errors.New("concurrency: max hold must be at least a second")
+
+	// ErrYieldRequested is the context.Cause of a hold's Ctx when
+	// RequestYield asked the hold to let go and its session opted in
+	// (WithYield). The hold's key stays until its holder releases it.
+	ErrYieldRequested = errors.New("concurrency: yield requested")
+
+	// ErrNotHeld is returned by RequestYield when nobody holds the name.
+	ErrNotHeld = errors.New("concurrency: lock is not held")
 )

@@ -143,8 +143,8 @@ func (h *hold) bound(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-// watch starts the goroutine that watches the key, if the context was
-// asked for, unless it runs already, the hold has ended, or its holder is
+// watch starts the goroutine that watches the key (and, WithYield, the
+// one that watches for yield requests), if the context was asked for, unless it runs already, the hold has ended, or its holder is
 // deleting the key.
 func (h *hold) watch() {
 	h.mu.Lock()
@@ -152,7 +152,15 @@ func (h *hold) watch() {
 	if !h.wanted || h.unwatchFn != nil || h.ended || h.releasing {
 		return
 	}
-	h.unwatchFn = h.start(h.watchKey)
+	stopKey := h.start(h.watchKey)
+	h.unwatchFn = stopKey
+	if h.s.opts.yield {
+		stopYield := h.start(h.watchYield)
+		h.unwatchFn = func() {
+			stopKey()
+			stopYield()
+		}
+	}
 }
 
 // start runs fn in a goroutine of the hold, on a context that ends with

@@ -37,6 +37,7 @@ const (
 	causeLease      = "lost_lease"       // the lease was revoked or expired on the server
 	causeSession    = "session_expired"  // the session ended: conservative deadline, Close, its context
 	causeMaxHold    = "max_hold"         // the hold reached its session's WithMaxHold
+	causeYielded    = "yielded"          // RequestYield asked, and the session opted in (WithYield)
 )
 
 // errLeaseLost is wrapped by the causes that say the lease is gone from the
@@ -110,8 +111,9 @@ type MetricsRecorder interface {
 	// "released" (Unlock, Release, RUnlock, Resign), "lost_key_deleted"
 	// (someone else deleted the key), "lost_lease" (the lease was revoked
 	// or expired on the server), "session_expired" (the session ended:
-	// its conservative deadline, Close, its context) and "max_hold" (the
-	// hold reached its session's WithMaxHold). It is called from
+	// its conservative deadline, Close, its context), "max_hold" (the
+	// hold reached its session's WithMaxHold) and "yielded" (RequestYield
+	// asked it to let go, WithYield). It is called from
 	// the goroutine that ends the hold: for a release or a loss, the one
 	// that releases it or the hold's watch goroutine, before the hold's
 	// context ends; for the session's end, a goroutine started by it
@@ -337,6 +339,8 @@ func causeLabel(cause error) string {
 	switch {
 	case errors.Is(cause, ErrMaxHold):
 		return causeMaxHold
+	case errors.Is(cause, ErrYieldRequested):
+		return causeYielded
 	case errors.Is(cause, errLeaseLost), errors.Is(cause, ErrLeaseNotFound):
 		return causeLease
 	case errors.Is(cause, ErrLockLost):

@@ -748,6 +748,7 @@ type sessionOptions struct {
 	tracerProvider trace.TracerProvider // WithTracerProvider
 	owner          *Owner               // WithOwner; nil: no owner record
 	maxHold        time.Duration        // WithMaxHold; 0: a hold lasts as long as its session
+	yield          bool                 // WithYield: holds end when RequestYield asks
 }
 
 // SessionOption configures a Session.

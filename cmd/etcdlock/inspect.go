@@ -50,7 +50,8 @@ waiters.
           "limit" (semaphore), "holds", "lease" (hex), "ttl_seconds" (-1:
           lease gone), "create_revision", "position" (0: holder, 1: next
           waiter...), "value" (if not etcdlock's), "host", "pid", "label",
-          "waiting_since", "held_since", "waited_seconds", "held_seconds"}
+          "waiting_since", "held_since", "waited_seconds", "held_seconds",
+          "yield_requested" (true once 'etcdlock yield' asked the hold)}
 The fields from etcdlock's record and the owner record are absent for keys
 without them.`,
 		Args: cobra.ExactArgs(1),
@@ -110,6 +111,7 @@ type entryState struct {
 	HeldSince      *time.Time `json:"held_since,omitempty"`
 	Waited         *float64   `json:"waited_seconds,omitempty"`
 	Held           *float64   `json:"held_seconds,omitempty"`
+	YieldRequested bool       `json:"yield_requested,omitempty"`
 }
 
 // inspect reads the queue of lock name and the TTL left of each lease.
@@ -123,7 +125,7 @@ func inspect(ctx context.Context, conn *connFlags, cli *clientv3.Client, name st
 	now := time.Now()
 	st := &lockState{Name: name, Prefix: lockPrefix(name), Revision: rev, Kind: queueKind(q), Holders: []*entryState{}, Waiters: []*entryState{}}
 	for _, e := range q {
-		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: e.TTL, CreateRevision: e.Rev}
+		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: e.TTL, CreateRevision: e.Rev, YieldRequested: e.Yield}
 		if m := e.Meta; m != nil {
 			es.WaitingSince = &m.WaitingSince
 			if !m.HeldSince.IsZero() {
@@ -199,6 +201,11 @@ func (st *lockState) print(w io.Writer) {
 			cell(e.Host), cell(e.Label), kind, cell(value))
 	}
 	tw.Flush()
+	for _, e := range st.Holders {
+		if e.YieldRequested {
+			fmt.Fprintf(w, "etcdlock yield asked %s to let go (it does if it opted in)\n", e.Key)
+		}
+	}
 }
 
 func age(s *float64) string {

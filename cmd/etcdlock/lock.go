@@ -38,6 +38,7 @@ type lockOptions struct {
 	metrics     string        // --metrics-addr
 	fg          bool          // --foreground
 	maxHold     time.Duration // --max-hold: 0 bounds nothing
+	yield       bool          // --yield: let go when 'etcdlock yield' asks
 
 	own   concurrency.Owner // the session's owner record
 	lease clientv3.LeaseID  // the session's lease
@@ -78,6 +79,15 @@ func (o *lockOptions) kind() string {
 		return "rwmutex write side"
 	}
 	return "mutex"
+}
+
+// sessionOptions are the options of the session of a lock command.
+func (o *lockOptions) sessionOptions(srv served) []concurrency.SessionOption {
+	opts := []concurrency.SessionOption{concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(o.own), concurrency.WithMaxHold(o.maxHold)}
+	if o.yield {
+		opts = append(opts, concurrency.WithYield())
+	}
+	return opts
 }
 
 // newLocker returns the lock that o asks for, named name, on session s.
@@ -151,6 +161,10 @@ etcdlock is cut off or stopped; after D (less a tenth, at most 1 s) the
 command is stopped as on a loss, and etcdlock exits 122. A crashed holder
 then keeps the lock until D, not --ttl.
 
+--yield lets 'etcdlock yield NAME' (or the library's RequestYield) ask this
+holder to let go: the command is then stopped as on a loss, and etcdlock
+exits 122. Without it, requests are ignored.
+
 Exit codes: the command's status, or 1 (among other errors: the name is
 in use by another kind of lock, or a semaphore with another limit),
 2 (usage, including --limit below 1), 120 (etcd unreachable),
@@ -209,6 +223,7 @@ See 'etcdlock --help'.`,
 	f.BoolVar(&o.exclusive, "exclusive", false, "hold the write side of a reader/writer lock named NAME")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
 	f.BoolVar(&o.fg, "foreground", false, foregroundUsage)
+	f.BoolVar(&o.yield, "yield", false, "let go when 'etcdlock yield NAME' asks: the command is stopped as on a loss (exit 122)")
 	durationVar(f, &o.maxHold, "max-hold", 0, "hold the lock this long at most (at least 1s), even while this process runs: the command is then stopped as on a loss (exit 122), and etcd removes the key itself if etcdlock cannot; 0 bounds nothing")
 	cmd.RegisterFlagCompletionFunc("signal", completeSignal)
 	return cmd
@@ -423,7 +438,7 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 	defer stopMetrics()
 	o.own = owner("lock", command)
 	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name),
-		concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(o.own), concurrency.WithMaxHold(o.maxHold))
+		o.sessionOptions(srv)...)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
 )
 
@@ -370,4 +371,47 @@ func TestMaxHoldLockStopsCommand(t *testing.T) {
 	if err := m.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// etcdlock yield asks the holder; lock --yield stops its command as on a
+// loss, and the next waiter, itself without --yield, gets the lock and
+// ignores a request in turn. yield on a free name exits 125.
+func TestYieldCommand(t *testing.T) {
+	pfx := begin(t)
+	c := sharedClient(t)
+	a := start(t, nil, "lock", "--yield", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	a.waitFor(a.stdout, "ready\n")
+	b := start(t, nil, "lock", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	etcdtest.WaitKeys(t, c, pfx, 2)
+
+	out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"yield", pfx})
+	if !strings.Contains(out, "asked "+pfx+"/") {
+		t.Errorf("yield printed %q, want the holder it asked", out)
+	}
+	a.expectExit(10*time.Second, exitLost)
+	if s := a.stderr.String(); !strings.Contains(s, "yield requested") || !strings.Contains(s, "sending SIGTERM") {
+		t.Errorf("the yielding holder's stderr does not say why it stopped its command:\n%s", s)
+	}
+	b.waitFor(b.stdout, "ready\n")
+	expectRun(t, 10*time.Second, 0, nil, []string{"yield", pfx})
+	kvs := etcdtest.WaitKeys(t, c, pfx, 1)
+	q, err := concurrency.Inspect(t.Context(), c, pfx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q.Keys) != 1 || q.Keys[0].Key != string(kvs[0].Key) || !q.Keys[0].YieldRequested {
+		t.Fatalf("inspect after the second request: %+v, want the holder without --yield asked and still there", q.Keys)
+	}
+	if out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"inspect", pfx}); !strings.Contains(out, "etcdlock yield asked "+string(kvs[0].Key)) {
+		t.Errorf("inspect does not show the request:\n%s", out)
+	}
+	if out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"inspect", "--json", pfx}); !strings.Contains(out, `"yield_requested": true`) {
+		t.Errorf("inspect --json does not show the request:\n%s", out)
+	}
+	b.signal(syscall.SIGTERM)
+	if code := b.wait(10 * time.Second); code == exitLost || strings.Contains(b.stderr.String(), "lost lock") {
+		t.Fatalf("the holder without --yield gave up its lock (exit %d):\n%s", code, b.stderr.String())
+	}
+	etcdtest.WaitKeys(t, c, pfx, 0)
+	expectRun(t, 10*time.Second, exitNotFound, nil, []string{"yield", pfx}, "nobody holds")
 }

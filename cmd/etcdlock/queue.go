@@ -32,6 +32,7 @@ type entry struct {
 	Kind        string             // what kind of lock the key belongs to (concurrency.KeyKind's names)
 	Limit       int                // a semaphore's limit, from its value; 0 for other kinds
 	Holds       bool               // the key holds, by the rule of its kind (concurrency.QueueKey.Holds)
+	Yield       bool               // a yield request asks this key's hold (concurrency.QueueKey.YieldRequested)
 }
 
 // Kinds of lock key, as concurrency.KeyKind names them.
@@ -123,6 +124,7 @@ func readQueue(ctx context.Context, cli *clientv3.Client, name string) ([]entry,
 			Kind:  k.Kind.String(),
 			Limit: k.Limit,
 			Holds: k.Holds,
+			Yield: k.YieldRequested,
 		})
 	}
 	readOwnerTimes(ctx, cli, q)
