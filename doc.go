@@ -124,6 +124,43 @@
 //   - Observers of an Election (Observe) may see the leader's key put once more,
 //     with the same value, when it moves to its own lease.
 //
+// # Lock-delay
+//
+// WithLockDelay(d) makes a Mutex on the session that is granted the lock
+// after a hold that ended by loss, rather than by its holder's release,
+// wait d before Lock returns (Consul's lock-delay, Chubby's): the
+// protection for a resource that cannot check a fencing token. etcd does
+// not say why a key was deleted, so holders with lock-delay record it: a
+// key per name under LockDelayPrefix, on no lease, holds the token of the
+// last such holder, and its release writes "released" there in the same
+// transaction as its delete. The next holder with lock-delay reads and
+// replaces the record in one transaction at its grant, and counts as a
+// loss a record not marked released, or any key it queued behind that is
+// newer than the last release recorded (or any at all, without a record).
+// A loss starts the delay in etcd, as a key on a lease of its own granted
+// for d: every grant with lock-delay meanwhile waits for that key to go
+// (TryLock misses with ErrLocked), so the delay ends on etcd's clock.
+//
+// What it cannot promise:
+//
+//   - A release by etcd's package, `etcdctl lock`, or a session without
+//     WithLockDelay writes no record, so it cannot be told from a loss: a
+//     holder with lock-delay that queued behind one waits d (the
+//     conservative side). One whose hold began and ended before a holder
+//     with lock-delay queued, on a name whose last record says released,
+//     is not seen at all: use lock-delay on names whose users all set it.
+//   - The delay runs from the grant that noticed the loss, not from the
+//     loss, which nobody saw: at least d after it, more after a long
+//     outage. Session.Close without Unlock counts as a loss.
+//   - It bounds nothing for the lost holder itself: a holder paused past
+//     d still writes after it. Only a fencing token or a guarded write
+//     (Mutex.Txn) excludes that.
+//   - As for every lease, etcd's leader renews the delay's lease when
+//     leadership changes, which can lengthen a delay by up to d.
+//   - It costs one transaction per grant, and a LeaseGrant and a write
+//     per loss found; it applies to Mutex only (the other primitives
+//     ignore it). The record (one small key per name) stays.
+//
 // # Yield requests
 //
 // RequestYield asks the holders of a name to let go (Curator's revocable

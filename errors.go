@@ -120,6 +120,10 @@ var (
 	// (WithYield). The hold's key stays until its holder releases it.
 	ErrYieldRequested = errors.New("concurrency: yield requested")
 
+	// ErrInvalidLockDelay is returned by NewSession for WithLockDelay(d)
+	// with d < 0.
+	ErrInvalidLockDelay = errors.New("concurrency: lock delay must not be negative")
+
 	// ErrNotHeld is returned by RequestYield when nobody holds the name.
 	ErrNotHeld = errors.New("concurrency: lock is not held")
 )

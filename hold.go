@@ -30,6 +30,7 @@ type hold struct {
 	key     string
 	rev     int64            // create revision of key: the fencing token
 	lease   clientv3.LeaseID // the lease key is on: the session's, or its own with a max hold (see bound)
+	delayed string           // the name's lock-delay record, once this hold wrote it (see delayGrant); "" if not
 	seenRev int64            // the revision of the read that last saw key, 0 if unknown
 	since   time.Time
 
@@ -98,16 +99,7 @@ func newHold(s *Session, key string, rev, seenRev int64) *hold {
 func (h *hold) bound(ctx context.Context, d time.Duration) error {
 	s := h.s
 	sent := time.Now()
-	var lease clientv3.LeaseID
-	// An attempt applied after all but unanswered leaves a lease with no
-	// key, which expires after d.
-	err := s.ask(ctx, func(ctx context.Context) error {
-		resp, err := s.client.Grant(ctx, int64((d+time.Second-1)/time.Second))
-		if err == nil {
-			lease = resp.ID
-		}
-		return err
-	})
+	lease, err := s.grantFor(ctx, d)
 	if err != nil {
 		return err
 	}
@@ -119,20 +111,8 @@ func (h *hold) bound(ctx context.Context, d time.Duration) error {
 		defer s.settling.Done()
 		s.revoke(lease)
 	})
-	var resp *clientv3.TxnResponse
-	err = s.ask(ctx, func(ctx context.Context) (err error) {
-		resp, err = s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
-			Then(clientv3.OpPut(h.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease))).
-			Commit()
+	if _, _, err := h.ifHeld(ctx, "its max hold began", clientv3.OpPut(h.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease))); err != nil {
 		return err
-	})
-	if err != nil {
-		return err
-	}
-	if !resp.Succeeded {
-		s.check()
-		return fmt.Errorf("%w: key %q was deleted before its max hold began", ErrSessionExpired, h.key)
 	}
 	h.lease = lease
 	at := sent.Add(d - min(d/10, time.Second))
@@ -161,6 +141,32 @@ func (h *hold) watch() {
 			stopYield()
 		}
 	}
+}
+
+// ifHeld applies ops in one transaction if the hold's key is still the
+// one it holds (its create revision), sent again while unanswered (ops
+// must bear that), and returns the response and the number of attempts.
+// A key that is gone gives an error matching ErrSessionExpired that says
+// it went before what.
+func (h *hold) ifHeld(ctx context.Context, what string, ops ...clientv3.Op) (*clientv3.TxnResponse, int, error) {
+	var resp *clientv3.TxnResponse
+	tries := 0
+	err := h.s.ask(ctx, func(ctx context.Context) (err error) {
+		tries++
+		resp, err = h.s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
+			Then(ops...).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return nil, tries, err
+	}
+	if !resp.Succeeded {
+		h.s.check()
+		return nil, tries, fmt.Errorf("%w: key %q was deleted before %s", ErrSessionExpired, h.key, what)
+	}
+	return resp, tries, nil
 }
 
 // start runs fn in a goroutine of the hold, on a context that ends with
@@ -303,7 +309,7 @@ func (h *hold) release(ctx context.Context) (ended bool, err error) {
 	h.unpromote()
 	var deleted, unsure bool
 	err = retry(ctx, func() (err error) {
-		deleted, err = h.s.deleteRev(ctx, h.key, h.rev)
+		deleted, err = h.s.deleteRev(ctx, h.key, h.rev, h.markReleased()...)
 		unsure = unsure || err != nil
 		return err
 	})

@@ -108,6 +108,9 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	if o.maxHold != 0 && o.maxHold < time.Second {
 		return nil, fmt.Errorf("%w: WithMaxHold(%v)", ErrInvalidMaxHold, o.maxHold)
 	}
+	if o.lockDelay < 0 {
+		return nil, fmt.Errorf("%w: WithLockDelay(%v)", ErrInvalidLockDelay, o.lockDelay)
+	}
 	if o.badTTL {
 		client.GetLogger().Warn("concurrency: WithTTL(): TTL should be > 0, keeping the current TTL", zap.Int("ttl", o.ttl))
 	}
@@ -412,6 +415,21 @@ func (s *Session) startSettling() bool {
 	return true
 }
 
+// grantFor grants a lease of its own for d, rounded up to whole seconds,
+// that nobody renews (a max hold's, a lock-delay's). An attempt applied
+// but unanswered leaves a lease with no key, which expires after d.
+func (s *Session) grantFor(ctx context.Context, d time.Duration) (clientv3.LeaseID, error) {
+	var lease clientv3.LeaseID
+	err := s.ask(ctx, func(ctx context.Context) error {
+		resp, err := s.client.Grant(ctx, int64((d+time.Second-1)/time.Second))
+		if err == nil {
+			lease = resp.ID
+		}
+		return err
+	})
+	return lease, err
+}
+
 // revoke revokes lease, a max hold's (see hold.bound), within
 // cleanupTimeout; if it fails, the lease expires by itself.
 func (s *Session) revoke(lease clientv3.LeaseID) {
@@ -700,14 +718,17 @@ func (s *Session) deleteKey(ctx context.Context, key string, rev int64) error {
 // It reports whether it deleted the key. An attempt that is not answered
 // in time is sent again (see ask); a key that the next attempt finds gone
 // was then most likely deleted by the first, and counts as deleted.
-func (s *Session) deleteRev(ctx context.Context, key string, rev int64) (bool, error) {
+//
+// The operations also, if any, are applied in the same transaction as the
+// delete (a lock-delay's release mark, see markReleased).
+func (s *Session) deleteRev(ctx context.Context, key string, rev int64, also ...clientv3.Op) (bool, error) {
 	var resp *clientv3.TxnResponse
 	tries := 0
 	err := s.ask(ctx, func(ctx context.Context) (err error) {
 		tries++
 		resp, err = s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-			Then(clientv3.OpDelete(key)).
+			Then(append([]clientv3.Op{clientv3.OpDelete(key)}, also...)...).
 			Commit()
 		return err
 	})
@@ -749,6 +770,7 @@ type sessionOptions struct {
 	owner          *Owner               // WithOwner; nil: no owner record
 	maxHold        time.Duration        // WithMaxHold; 0: a hold lasts as long as its session
 	yield          bool                 // WithYield: holds end when RequestYield asks
+	lockDelay      time.Duration        // WithLockDelay; 0: none
 }
 
 // SessionOption configures a Session.

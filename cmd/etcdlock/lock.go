@@ -39,6 +39,7 @@ type lockOptions struct {
 	fg          bool          // --foreground
 	maxHold     time.Duration // --max-hold: 0 bounds nothing
 	yield       bool          // --yield: let go when 'etcdlock yield' asks
+	lockDelay   time.Duration // --lock-delay: 0 for none
 
 	own   concurrency.Owner // the session's owner record
 	lease clientv3.LeaseID  // the session's lease
@@ -83,7 +84,8 @@ func (o *lockOptions) kind() string {
 
 // sessionOptions are the options of the session of a lock command.
 func (o *lockOptions) sessionOptions(srv served) []concurrency.SessionOption {
-	opts := []concurrency.SessionOption{concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(o.own), concurrency.WithMaxHold(o.maxHold)}
+	opts := []concurrency.SessionOption{concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(o.own),
+		concurrency.WithMaxHold(o.maxHold), concurrency.WithLockDelay(o.lockDelay)}
 	if o.yield {
 		opts = append(opts, concurrency.WithYield())
 	}
@@ -161,6 +163,15 @@ etcdlock is cut off or stopped; after D (less a tenth, at most 1 s) the
 command is stopped as on a loss, and etcdlock exits 122. A crashed holder
 then keeps the lock until D, not --ttl.
 
+--lock-delay D (Consul's lock-delay, Chubby's): after a hold that ended by
+loss (lease expired or revoked, key deleted by force-unlock) rather than by
+its holder's release, take the lock only D later, so that a holder that
+lost it without knowing has time to stop before this command starts; for
+resources that cannot check ETCD_LOCK_REV. A release by 'etcdlock lock
+--lock-delay' is recorded and waits for nothing; one by etcdctl lock,
+etcd's package or 'etcdlock lock' without the flag cannot be told from a
+loss, and waits D too. With --try, a lock in its delay is busy (exit 123).
+
 --yield lets 'etcdlock yield NAME' (or the library's RequestYield) ask this
 holder to let go: the command is then stopped as on a loss, and etcdlock
 exits 122. Without it, requests are ignored.
@@ -223,6 +234,7 @@ See 'etcdlock --help'.`,
 	f.BoolVar(&o.exclusive, "exclusive", false, "hold the write side of a reader/writer lock named NAME")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
 	f.BoolVar(&o.fg, "foreground", false, foregroundUsage)
+	durationVar(f, &o.lockDelay, "lock-delay", 0, "after a holder lost the lock (rather than released it), take it only this much later, for resources that cannot check ETCD_LOCK_REV (plain mutex only); 0 for none")
 	f.BoolVar(&o.yield, "yield", false, "let go when 'etcdlock yield NAME' asks: the command is stopped as on a loss (exit 122)")
 	durationVar(f, &o.maxHold, "max-hold", 0, "hold the lock this long at most (at least 1s), even while this process runs: the command is then stopped as on a loss (exit 122), and etcd removes the key itself if etcdlock cannot; 0 bounds nothing")
 	cmd.RegisterFlagCompletionFunc("signal", completeSignal)
@@ -278,6 +290,10 @@ func (o *lockOptions) validate() error {
 		return usagef("--timeout must not be negative, not %v", o.timeout)
 	case o.killGrace < 0:
 		return usagef("--kill-grace must not be negative, not %v", o.killGrace)
+	case o.lockDelay < 0:
+		return withCode(exitUsage, fmt.Errorf("--lock-delay %v: %w", o.lockDelay, concurrency.ErrInvalidLockDelay))
+	case o.lockDelay > 0 && (o.setLimit || o.shared || o.exclusive):
+		return usagef("--lock-delay works with a plain lock only, not with --limit, --shared or --exclusive")
 	case o.maxHold != 0 && o.maxHold < time.Second:
 		return withCode(exitUsage, fmt.Errorf("--max-hold %v: %w", o.maxHold, concurrency.ErrInvalidMaxHold))
 	case o.setLimit && o.limit < 1:

@@ -415,3 +415,29 @@ func TestYieldCommand(t *testing.T) {
 	etcdtest.WaitKeys(t, c, pfx, 0)
 	expectRun(t, 10*time.Second, exitNotFound, nil, []string{"yield", pfx}, "nobody holds")
 }
+
+// --lock-delay: after a holder's lease is revoked (a loss), the next
+// lock --lock-delay starts its command only the delay later; --try during
+// the delay is busy (123).
+func TestLockDelayCommand(t *testing.T) {
+	pfx := begin(t)
+	c := sharedClient(t)
+	a := start(t, nil, "lock", "--lock-delay", "3", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	a.waitFor(a.stdout, "ready\n")
+	b := start(t, nil, "lock", "--lock-delay", "3", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	kvs := etcdtest.WaitKeys(t, c, pfx, 2)
+	if _, err := c.Revoke(t.Context(), clientv3.LeaseID(kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	lost := time.Now()
+	a.expectExit(10*time.Second, exitLost)
+	etcdtest.WaitKeys(t, c, pfx, 1)
+	expectRun(t, 10*time.Second, 123, nil, []string{"lock", "--try", "--lock-delay", "3", pfx, "--", "true"})
+	b.waitFor(b.stdout, "ready\n")
+	if took := time.Since(lost); took < 3*time.Second {
+		t.Fatalf("the next command started %v after the loss, before --lock-delay 3", took)
+	}
+	b.signal(syscall.SIGTERM)
+	b.wait(10 * time.Second)
+	etcdtest.WaitKeys(t, c, pfx, 0)
+}
