@@ -190,6 +190,31 @@
 //   - Writing the request needs write permission on YieldPrefix, and the
 //     holder read permission there, on a cluster with authentication.
 //
+// # Health-driven release
+//
+// WithHealthCheck(interval, failures, check) makes a session run check
+// every interval and, after failures failed checks in a row (an error, or
+// no return within the interval), end and revoke its lease, so that every
+// hold on it ends at once (Consul's session health checks): a stuck
+// process stops holding locks although its keepalive goroutine is fine.
+// The cause of the session's Ctx and of its holds' matches ErrUnhealthy
+// and ErrSessionExpired (metrics: cause "unhealthy"); while checks fail
+// short of the limit, a record beside the lease (HealthPrefix) lets
+// Inspect show it (QueueKey.Health). Lead takes it as WithLeadHealthCheck
+// and campaigns again on a new session.
+//
+// What it cannot promise:
+//
+//   - It notices only what check tests, and only every interval: a holder
+//     stays up to interval times failures (plus the revoke) after it
+//     became unhealthy, and its work runs on until it watches its Ctx.
+//   - When etcd cannot be reached, the revoke fails and the lease expires
+//     after its TTL, as after a crash: the session ends here at once, but
+//     others get the lock only then.
+//   - check must return once its context ends: the session waits for it
+//     at Close. A check that never returns is counted as failing, once
+//     per interval, but its goroutine stays until it does.
+//
 // # Differences from etcd's package
 //
 // Everything etcd's package documents holds here, and anything etcd's

@@ -124,6 +124,16 @@ var (
 	// with d < 0.
 	ErrInvalidLockDelay = errors.New("concurrency: lock delay must not be negative")
 
+	// ErrUnhealthy is wrapped, with ErrSessionExpired, by the cause of a
+	// session's Ctx (and of its holds') when its health checks failed
+	// (WithHealthCheck) and it ended and revoked its lease.
+	ErrUnhealthy = errors.New("concurrency: health checks failed")
+
+	// ErrInvalidHealthCheck is returned by NewSession for WithHealthCheck
+	// with an interval of zero or less, fewer than one failure, or a nil
+	// check.
+	ErrInvalidHealthCheck = errors.New("concurrency: invalid health check")
+
 	// ErrNotHeld is returned by RequestYield when nobody holds the name.
 	ErrNotHeld = errors.New("concurrency: lock is not held")
 )

@@ -83,6 +83,10 @@ type QueueKey struct {
 	// Owner is the owner record of the key's lease (see WithOwner), or nil
 	// if its session was created without one, or by another client.
 	Owner *Owner
+	// Health is the state of the key's session's failing health checks
+	// (WithHealthCheck), or nil if they are not failing (or the session
+	// has none).
+	Health *Health
 	// YieldRequested reports that RequestYield asked this key's hold (this
 	// create revision) to let go; whether it does depends on its session
 	// (WithYield).
@@ -116,10 +120,11 @@ func (q *Queue) filter(holds bool) []QueueKey {
 // The keys come from one linearizable read (Queue.Revision); then Inspect
 // asks etcd for the TTL of each distinct lease, one round trip each, and
 // for the owner records of the leases (WithOwner), one round trip per 100
-// leases, and for the name's yield requests (RequestYield), one round
-// trip, so the TTLs, owners and requests are a little later than the keys
-// (owners and requests that cannot be read, e.g. without permission, are
-// left nil and false). Inspect
+// leases, for the name's yield requests (RequestYield) and for the
+// sessions' failing health checks (WithHealthCheck), one round trip each,
+// so the TTLs, owners, requests and health are a little later than the
+// keys (those that cannot be read, e.g. without permission, are left nil
+// and false). Inspect
 // blocks for these round trips, which ctx bounds: if ctx ends first, it
 // returns an error matching ctx.Err(). A nil client gives ErrNilClient and an empty name
 // ErrInvalidPrefix, before any round trip; an etcd error is returned
@@ -189,6 +194,9 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 	}
 	if err := readYields(ctx, c, pfx, q); err != nil {
 		return nil, fmt.Errorf("concurrency: Inspect %q: yield requests: %w", name, err)
+	}
+	if err := readHealth(ctx, c, q); err != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: health records: %w", name, err)
 	}
 	return q, nil
 }

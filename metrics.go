@@ -38,6 +38,7 @@ const (
 	causeSession    = "session_expired"  // the session ended: conservative deadline, Close, its context
 	causeMaxHold    = "max_hold"         // the hold reached its session's WithMaxHold
 	causeYielded    = "yielded"          // RequestYield asked, and the session opted in (WithYield)
+	causeUnhealthy  = "unhealthy"        // the session's health checks failed (WithHealthCheck)
 )
 
 // errLeaseLost is wrapped by the causes that say the lease is gone from the
@@ -112,8 +113,9 @@ type MetricsRecorder interface {
 	// (someone else deleted the key), "lost_lease" (the lease was revoked
 	// or expired on the server), "session_expired" (the session ended:
 	// its conservative deadline, Close, its context), "max_hold" (the
-	// hold reached its session's WithMaxHold) and "yielded" (RequestYield
-	// asked it to let go, WithYield). It is called from
+	// hold reached its session's WithMaxHold), "yielded" (RequestYield
+	// asked it to let go, WithYield) and "unhealthy" (its session's health
+	// checks failed, WithHealthCheck). It is called from
 	// the goroutine that ends the hold: for a release or a loss, the one
 	// that releases it or the hold's watch goroutine, before the hold's
 	// context ends; for the session's end, a goroutine started by it
@@ -341,6 +343,8 @@ func causeLabel(cause error) string {
 		return causeMaxHold
 	case errors.Is(cause, ErrYieldRequested):
 		return causeYielded
+	case errors.Is(cause, ErrUnhealthy):
+		return causeUnhealthy
 	case errors.Is(cause, errLeaseLost), errors.Is(cause, ErrLeaseNotFound):
 		return causeLease
 	case errors.Is(cause, ErrLockLost):

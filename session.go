@@ -47,7 +47,7 @@ type Session struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	done     sync.WaitGroup // the keepalive goroutine
+	done     sync.WaitGroup // the keepalive goroutine, and the health checks' (WithHealthCheck)
 	settling sync.WaitGroup // enqueues awaited, and max-hold leases revoked, in the background (see settledEnqueue, hold.bound)
 	sweeping sync.WaitGroup // the cleanup goroutine, while it runs (see kickSweeper)
 	checkc   chan struct{}  // asks the keepalive goroutine to renew (and so check) the lease now
@@ -110,6 +110,11 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	}
 	if o.lockDelay < 0 {
 		return nil, fmt.Errorf("%w: WithLockDelay(%v)", ErrInvalidLockDelay, o.lockDelay)
+	}
+	if o.health != nil {
+		if err := o.health.valid(); err != nil {
+			return nil, err
+		}
 	}
 	if o.badTTL {
 		client.GetLogger().Warn("concurrency: WithTTL(): TTL should be > 0, keeping the current TTL", zap.Int("ttl", o.ttl))
@@ -197,6 +202,10 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	context.AfterFunc(s.life, func() { stop() })
 	s.done.Add(1)
 	go s.run()
+	if o.health != nil {
+		s.done.Add(1)
+		go s.checkHealth(o.health)
+	}
 	return s, nil
 }
 
@@ -771,6 +780,7 @@ type sessionOptions struct {
 	maxHold        time.Duration        // WithMaxHold; 0: a hold lasts as long as its session
 	yield          bool                 // WithYield: holds end when RequestYield asks
 	lockDelay      time.Duration        // WithLockDelay; 0: none
+	health         *healthCheck         // WithHealthCheck; nil: none
 }
 
 // SessionOption configures a Session.

@@ -27,6 +27,7 @@ type electOptions struct {
 	metrics   string      // --metrics-addr
 	fg        bool        // --foreground
 	yield     bool        // --yield: let go when 'etcdlock yield' asks
+	health    healthFlags // --health-cmd, --health-interval, --health-failures
 }
 
 func newElectCommand(conn *connFlags) *cobra.Command {
@@ -99,6 +100,8 @@ etcdctl elect and etcd's concurrency package.`,
 				return usagef("elect --once needs a command after --")
 			case o.killGrace < 0:
 				return usagef("--kill-grace must not be negative, not %v", o.killGrace)
+			case o.health.validate() != nil:
+				return o.health.validate()
 			case args[0] == "":
 				return usagef("elect NAME must not be empty: %w", concurrency.ErrInvalidPrefix)
 			case o.listen && len(args) == 2:
@@ -136,6 +139,7 @@ etcdctl elect and etcd's concurrency package.`,
 	f.VarP(&o.signal, "signal", "s", "with a command: after the leadership is lost, send this signal (a name such as TERM, HUP, INT, USR1, or a number) to the command's process group, as timeout -s, then SIGKILL after --kill-grace")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
 	f.BoolVar(&o.fg, "foreground", false, foregroundUsage)
+	o.health.add(f)
 	f.BoolVar(&o.yield, "yield", false, "let go when 'etcdlock yield NAME' asks: as on a loss, the command is stopped and etcdlock campaigns again (exits 122 with --once or without a command)")
 	cmd.RegisterFlagCompletionFunc("signal", completeSignal)
 	return cmd
@@ -148,6 +152,7 @@ func (o *electOptions) campaign(conn *connFlags, name, proposal string, srv serv
 	if o.yield {
 		opts = append(opts, concurrency.WithYield())
 	}
+	opts = append(opts, o.health.sessionOptions()...)
 	c, err := newContender(conn, name, o.ttl, waiting, opts...)
 	if err != nil {
 		return err
@@ -337,6 +342,7 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 		if o.yield {
 			opts = append(opts, concurrency.WithLeadYield())
 		}
+		opts = append(opts, o.health.leadOptions()...)
 		leadc <- concurrency.Lead(ctx, cli, name, proposal, fn, opts...)
 	}()
 	select {

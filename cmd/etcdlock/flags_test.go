@@ -29,6 +29,8 @@ func TestBadInput(t *testing.T) {
 		{"negative bare --kill-grace", nil, []string{"elect", "--kill-grace", "-1", "x", "v", "--", "true"}, "--kill-grace must not be negative"},
 		{"negative bare --timeout", nil, []string{"lock", "--timeout", "-1", "x"}, "--timeout must not be negative"},
 		{"--max-hold under a second", nil, []string{"lock", "--max-hold", "0.5", "x"}, "--max-hold 500ms: concurrency: max hold must be at least a second"},
+		{"zero --health-failures", nil, []string{"lock", "--health-cmd", "true", "--health-failures", "0", "x"}, "--health-failures 0: concurrency: invalid health check"},
+		{"zero --health-interval", nil, []string{"elect", "--health-cmd", "true", "--health-interval", "0", "x", "v"}, "--health-interval 0s: concurrency: invalid health check"},
 		{"negative --lock-delay", nil, []string{"lock", "--lock-delay", "-1", "x"}, "--lock-delay -1s: concurrency: lock delay must not be negative"},
 		{"--lock-delay with --limit", nil, []string{"lock", "--lock-delay", "5", "--limit", "2", "x"}, "--lock-delay works with a plain lock only"},
 		{"negative --max-hold", nil, []string{"lock", "--max-hold", "-1m", "x"}, "--max-hold -1m0s: concurrency: max hold must be at least a second"},

@@ -40,6 +40,7 @@ type lockOptions struct {
 	maxHold     time.Duration // --max-hold: 0 bounds nothing
 	yield       bool          // --yield: let go when 'etcdlock yield' asks
 	lockDelay   time.Duration // --lock-delay: 0 for none
+	health      healthFlags   // --health-cmd, --health-interval, --health-failures
 
 	own   concurrency.Owner // the session's owner record
 	lease clientv3.LeaseID  // the session's lease
@@ -89,7 +90,7 @@ func (o *lockOptions) sessionOptions(srv served) []concurrency.SessionOption {
 	if o.yield {
 		opts = append(opts, concurrency.WithYield())
 	}
-	return opts
+	return append(opts, o.health.sessionOptions()...)
 }
 
 // newLocker returns the lock that o asks for, named name, on session s.
@@ -172,6 +173,14 @@ resources that cannot check ETCD_LOCK_REV. A release by 'etcdlock lock
 etcd's package or 'etcdlock lock' without the flag cannot be told from a
 loss, and waits D too. With --try, a lock in its delay is busy (exit 123).
 
+--health-cmd CMD (Consul's session health checks) runs the shell command
+CMD every --health-interval (default 10s) while waiting and holding; after
+--health-failures (default 3) failures in a row (a status other than 0, or
+still running at the next interval), the session ends and its lease is
+revoked, so the lock goes to the next waiter at once and the command is
+stopped as on a loss (exit 122): a stuck service stops holding the lock
+although etcdlock itself still renews it.
+
 --yield lets 'etcdlock yield NAME' (or the library's RequestYield) ask this
 holder to let go: the command is then stopped as on a loss, and etcdlock
 exits 122. Without it, requests are ignored.
@@ -234,6 +243,7 @@ See 'etcdlock --help'.`,
 	f.BoolVar(&o.exclusive, "exclusive", false, "hold the write side of a reader/writer lock named NAME")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
 	f.BoolVar(&o.fg, "foreground", false, foregroundUsage)
+	o.health.add(f)
 	durationVar(f, &o.lockDelay, "lock-delay", 0, "after a holder lost the lock (rather than released it), take it only this much later, for resources that cannot check ETCD_LOCK_REV (plain mutex only); 0 for none")
 	f.BoolVar(&o.yield, "yield", false, "let go when 'etcdlock yield NAME' asks: the command is stopped as on a loss (exit 122)")
 	durationVar(f, &o.maxHold, "max-hold", 0, "hold the lock this long at most (at least 1s), even while this process runs: the command is then stopped as on a loss (exit 122), and etcd removes the key itself if etcdlock cannot; 0 bounds nothing")
@@ -290,6 +300,8 @@ func (o *lockOptions) validate() error {
 		return usagef("--timeout must not be negative, not %v", o.timeout)
 	case o.killGrace < 0:
 		return usagef("--kill-grace must not be negative, not %v", o.killGrace)
+	case o.health.validate() != nil:
+		return o.health.validate()
 	case o.lockDelay < 0:
 		return withCode(exitUsage, fmt.Errorf("--lock-delay %v: %w", o.lockDelay, concurrency.ErrInvalidLockDelay))
 	case o.lockDelay > 0 && (o.setLimit || o.shared || o.exclusive):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -436,6 +437,43 @@ func TestLockDelayCommand(t *testing.T) {
 	b.waitFor(b.stdout, "ready\n")
 	if took := time.Since(lost); took < 3*time.Second {
 		t.Fatalf("the next command started %v after the loss, before --lock-delay 3", took)
+	}
+	b.signal(syscall.SIGTERM)
+	b.wait(10 * time.Second)
+	etcdtest.WaitKeys(t, c, pfx, 0)
+}
+
+// --health-cmd: once the check fails --health-failures times in a row,
+// the session ends and its lease is revoked: the command is stopped as on
+// a loss, and the next waiter gets the lock at once, not after --ttl.
+func TestHealthCommand(t *testing.T) {
+	pfx := begin(t)
+	c := sharedClient(t)
+	flag := t.TempDir() + "/healthy"
+	if err := os.WriteFile(flag, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := start(t, nil, "lock", "--ttl", "60", "--health-cmd", "test -e "+flag, "--health-interval", "2", "--health-failures", "3",
+		pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	a.waitFor(a.stdout, "ready\n")
+	b := start(t, nil, "lock", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	// While the checks fail, before the third, inspect shows it.
+	if err := os.Remove(flag); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.Eventually(t, 10*time.Second, func() bool {
+		_, out, _ := runEtcdlock(t, 10*time.Second, nil, "inspect", pfx)
+		return strings.Contains(out, " of 3 health checks in a row, the last: --health-cmd")
+	}, "inspect does not show the failing health checks")
+	sick := time.Now()
+	a.expectExit(10*time.Second, exitLost)
+	if s := a.stderr.String(); !strings.Contains(s, "health checks failed") || !strings.Contains(s, "sending SIGTERM") {
+		t.Errorf("stderr does not say the health checks failed and the command was stopped:\n%s", s)
+	}
+	b.waitFor(b.stdout, "ready\n")
+	if took := time.Since(sick); took > 30*time.Second {
+		t.Errorf("the next holder started %v after the check began to fail (--ttl 60)", took)
 	}
 	b.signal(syscall.SIGTERM)
 	b.wait(10 * time.Second)
