@@ -98,7 +98,7 @@ func (h *hold) delayGrant(ctx context.Context, pfx string, behind int64, d time.
 	delay := resp.Responses[1].GetResponseRange().Kvs
 	// A retried write may read its own first attempt: the record before
 	// it is unknown then, and counts as a loss.
-	if len(delay) == 0 && (tries > 1 || mustDelay(resp.Responses[0].GetResponseRange().Kvs, behind)) {
+	if len(delay) == 0 && (tries > 1 || mustDelay(resp.Responses[0].GetResponseRange().Kvs, h.rev, behind)) {
 		kv, rev, err := startDelay(ctx, s, dk, d)
 		if err != nil {
 			return err
@@ -162,17 +162,20 @@ func startDelay(ctx context.Context, s *Session, dk string, d time.Duration) ([]
 	return rs.Kvs, resp.Header.Revision, nil
 }
 
-// mustDelay reports whether a grant that read the lock-delay record kvs,
-// and queued behind a key created at behind (0: none), must wait: unless
-// the last hold recorded was released and no unrecorded key can have held
-// between it and the grant.
-func mustDelay(kvs []*mvccpb.KeyValue, behind int64) bool {
+// mustDelay reports whether a grant of the key created at rev that read
+// the lock-delay record kvs, and queued behind a key created at behind (0:
+// none), must wait: unless the last hold recorded was released, or is
+// this very key's (another Mutex of the session shares it), and no
+// unrecorded key can have held between it and the grant.
+func mustDelay(kvs []*mvccpb.KeyValue, rev, behind int64) bool {
 	if len(kvs) == 0 {
 		return behind > 0
 	}
 	v, ok := strings.CutPrefix(string(kvs[0].Value), "released ")
 	if !ok {
-		return true // the last recorded hold was not released
+		// The last recorded hold was not released: lost, unless it is
+		// this key's own.
+		return string(kvs[0].Value) != strconv.FormatInt(rev, 10)
 	}
 	tok, err := strconv.ParseInt(v, 10, 64)
 	return err != nil || behind > tok

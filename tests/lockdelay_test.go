@@ -136,6 +136,13 @@ func TestLockDelayAfterRelease(t *testing.T) {
 	if err := hm.TryLock(t.Context()); err != nil {
 		t.Fatalf("TryLock after a release: %v", err)
 	}
+	// A second Mutex of the session shares the held key: its Lock returns
+	// at once, the record naming its own key.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := concurrency.NewMutex(hs, pfx).Lock(ctx); err != nil {
+		t.Fatalf("Lock of a second Mutex on the holding session: %v", err)
+	}
 	if err := hm.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
