@@ -90,6 +90,14 @@ func (s *Session) checkHealth(hc *healthCheck) {
 		case <-tick.C:
 		}
 		var err error
+		if running != nil {
+			select {
+			case <-running: // returned since; counted when it ran late
+				running = nil
+			default:
+				err = fmt.Errorf("%w: the check has still not returned, %v after the last", context.DeadlineExceeded, hc.interval)
+			}
+		}
 		if running == nil {
 			ctx, cancel := context.WithTimeout(s.ctx, hc.interval)
 			done := make(chan error, 1)
@@ -101,22 +109,11 @@ func (s *Session) checkHealth(hc *healthCheck) {
 			case err = <-done:
 			case <-ctx.Done():
 				running = done
-			}
-		} else {
-			select {
-			case err = <-running: // it returned since: it took too long all the same
-				running = nil
-				if err == nil {
-					err = context.DeadlineExceeded
-				}
-			default:
+				err = fmt.Errorf("%w: the check has not returned within %v", context.DeadlineExceeded, hc.interval)
 			}
 		}
 		if s.ctx.Err() != nil {
 			return
-		}
-		if running != nil && err == nil {
-			err = fmt.Errorf("%w: the check has not returned within %v", context.DeadlineExceeded, hc.interval)
 		}
 		if err == nil {
 			if failed > 0 {
