@@ -156,6 +156,135 @@
 // a new session after a loss, and resigns at once when it is done, so that
 // a follower takes over in about one commit rather than one TTL.
 //
+// # Max hold
+//
+// WithMaxHold(d) bounds every hold taken on a session to d even while its
+// process runs and renews the session (Redisson's leaseTime, and its
+// expirable semaphore permits). Once a hold is granted, its key is moved,
+// with the same create revision, value and place in the queue, to a lease
+// of its own granted with a TTL of d rounded up to whole seconds and never
+// renewed. So the fencing token (Token, the create revision) and guarded
+// writes (Txn) are unchanged, and etcd's Mutex and `etcdctl lock` on the
+// same name see an ordinary key: their waiters watch only for its
+// deletion. The hold's Ctx is cancelled with cause ErrMaxHold at the send
+// time of the lease's grant plus d, less a tenth of d (a second at most),
+// and the holder then revokes the lease, which deletes the key; whenever
+// the hold ends otherwise (release, loss, end of its session, Close), the
+// lease is revoked too. Each hold costs one LeaseGrant and one transaction
+// more before Lock returns, and one LeaseRevoke, in the background, when
+// it ends. It applies to Mutex, Semaphore, RWMutex and Campaign (Proclaim
+// keeps the key on the hold's lease), not to ResumeElection or Lead.
+//
+// What it cannot promise:
+//
+//   - d is a bound on the hold, not on the work: the work must watch Ctx
+//     (or fence its writes) and stop, as after any loss.
+//   - A holder that crashes or is cut off from etcd keeps the name until
+//     the hold's lease expires, d after its grant, however short its
+//     session's TTL: the key is no longer on the session's lease. For the
+//     same reason, revoking the session's lease from outside frees the name
+//     only once the session notices (at its next renewal, within a third of
+//     its TTL) and revokes the hold's lease, or at d.
+//   - etcd expires a lease on its leader's clock, in whole seconds, and a
+//     new leader renews every lease for its full TTL: a key whose holder
+//     cannot revoke it can outlive d by up to d, plus the election, when
+//     etcd's leader changes meanwhile.
+//   - Inspect shows the hold's own lease and its TTL left for the key, but
+//     no Owner: the session's owner record is on the session's lease.
+//   - Observers of an Election (Observe) may see the leader's key put once more,
+//     with the same value, when it moves to its own lease.
+//
+// # Lock-delay
+//
+// WithLockDelay(d) makes a Mutex on the session that is granted the lock
+// after a hold that ended by loss, rather than by its holder's release,
+// wait d before Lock returns (Consul's lock-delay, Chubby's): the
+// protection for a resource that cannot check a fencing token. etcd does
+// not say why a key was deleted, so holders with lock-delay record it: a
+// key per name under LockDelayPrefix, on no lease, holds the token of the
+// last such holder, and its release writes "released" there in the same
+// transaction as its delete. The next holder with lock-delay reads and
+// replaces the record in one transaction at its grant, and counts as a
+// loss a record not marked released, or any key it queued behind that is
+// newer than the last release recorded (or any at all, without a record).
+// A loss starts the delay in etcd, as a key on a lease of its own granted
+// for d: every grant with lock-delay meanwhile waits for that key to go
+// (TryLock misses with ErrLocked), so the delay ends on etcd's clock.
+//
+// What it cannot promise:
+//
+//   - A release by etcd's package, `etcdctl lock`, or a session without
+//     WithLockDelay writes no record, so it cannot be told from a loss: a
+//     holder with lock-delay that queued behind one waits d (the
+//     conservative side). One whose hold began and ended before a holder
+//     with lock-delay queued, on a name whose last record says released,
+//     is not seen at all: use lock-delay on names whose users all set it.
+//   - The delay runs from the grant that noticed the loss, not from the
+//     loss, which nobody saw: at least d after it, more after a long
+//     outage. Session.Close without Unlock counts as a loss.
+//   - It bounds nothing for the lost holder itself: a holder paused past
+//     d still writes after it. Only a fencing token or a guarded write
+//     (Mutex.Txn) excludes that.
+//   - As for every lease, etcd's leader renews the delay's lease when
+//     leadership changes, which can lengthen a delay by up to d.
+//   - It costs one transaction per grant, and a LeaseGrant and a write
+//     per loss found; it applies to Mutex only (the other primitives
+//     ignore it). The record (one small key per name) stays.
+//
+// # Yield requests
+//
+// RequestYield asks the holders of a name to let go (Curator's revocable
+// locks; Kubernetes' coordinated leader election asks a leader to end its
+// term). It writes, for each holder, the key YieldPrefix followed by the
+// holder's key, whose value is the hold's token, attached to the holder's
+// own lease, in one transaction that applies only while those holds are
+// current. A hold whose session opted in (WithYield; Lead with
+// WithLeadYield) watches that key once its Ctx is asked for, with the
+// same liveness checks as every other watch (see above), and its Ctx
+// ends with cause ErrYieldRequested; the holder then releases as after a
+// loss (Do does, and Lead closes the term's session and campaigns again,
+// behind the candidates already waiting). A request names one hold: the
+// next hold of the same key (the same session locking again) is not
+// asked by it.
+//
+// What it cannot promise:
+//
+//   - It is a request: a holder without WithYield, etcd's package and
+//     `etcdctl lock` never see it, and RequestYield cannot tell them apart
+//     (it returns whom it asked; Inspect shows YieldRequested).
+//   - A holder that opted in but never asked for its Ctx (only Lock and
+//     Unlock) keeps no watch, and so does not hear it.
+//   - The hold ends at the holder: its key stays until the holder
+//     releases it or its session ends, so a holder stuck in its work keeps
+//     the lock (WithMaxHold bounds that).
+//   - Writing the request needs write permission on YieldPrefix, and the
+//     holder read permission there, on a cluster with authentication.
+//
+// # Health-driven release
+//
+// WithHealthCheck(interval, failures, check) makes a session run check
+// every interval and, after failures failed checks in a row (an error, or
+// no return within the interval), end and revoke its lease, so that every
+// hold on it ends at once (Consul's session health checks): a stuck
+// process stops holding locks although its keepalive goroutine is fine.
+// The cause of the session's Ctx and of its holds' matches ErrUnhealthy
+// and ErrSessionExpired (metrics: cause "unhealthy"); while checks fail
+// short of the limit, a record beside the lease (HealthPrefix) lets
+// Inspect show it (QueueKey.Health). Lead takes it as WithLeadHealthCheck
+// and campaigns again on a new session.
+//
+// What it cannot promise:
+//
+//   - It notices only what check tests, and only every interval: a holder
+//     stays up to interval times failures (plus the revoke) after it
+//     became unhealthy, and its work runs on until it watches its Ctx.
+//   - When etcd cannot be reached, the revoke fails and the lease expires
+//     after its TTL, as after a crash: the session ends here at once, but
+//     others get the lock only then.
+//   - check must return once its context ends: the session waits for it
+//     at Close. A check that never returns is counted as failing, once
+//     per interval, but its goroutine stays until it does.
+//
 // # Differences from etcd's package
 //
 // Everything etcd's package documents holds here, and anything etcd's

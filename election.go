@@ -231,7 +231,7 @@ func (e *Election) Proclaim(ctx context.Context, val string) error {
 	e.adopt()
 	key, rev, hd := e.leaderKey, e.rev, e.hold
 	e.mu.Unlock()
-	resp, err := e.s.setIfRev(ctx, key, rev, val)
+	resp, err := e.s.setIfRev(ctx, key, rev, val, hd.lease)
 	if err != nil {
 		return err
 	}

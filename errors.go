@@ -114,4 +114,36 @@ var (
 	// given WithOwner or WithLeadOwner is too large to record (its JSON
 	// is over 1 KiB).
 	ErrInvalidOwner = errors.New("concurrency: invalid owner")
+
+	// ErrMaxHold is the context.Cause of a hold's Ctx when the hold reached
+	// the longest time its session allows (WithMaxHold): the hold ended
+	// although its holder still ran and renewed its session. Its key is
+	// gone or going, on a lease of its own that was never renewed.
+	ErrMaxHold = errors.New("concurrency: hold reached its maximum duration")
+
+	// ErrInvalidMaxHold is returned by NewSession for WithMaxHold(d) with
+	// d under a second: etcd's leases count whole seconds.
+	ErrInvalidMaxHold = errors.New("concurrency: max hold must be at least a second")
+
+	// ErrYieldRequested is the context.Cause of a hold's Ctx when
+	// RequestYield asked the hold to let go and its session opted in
+	// (WithYield). The hold's key stays until its holder releases it.
+	ErrYieldRequested = errors.New("concurrency: yield requested")
+
+	// ErrInvalidLockDelay is returned by NewSession for WithLockDelay(d)
+	// with d < 0.
+	ErrInvalidLockDelay = errors.New("concurrency: lock delay must not be negative")
+
+	// ErrUnhealthy is wrapped, with ErrSessionExpired, by the cause of a
+	// session's Ctx (and of its holds') when its health checks failed
+	// (WithHealthCheck) and it ended and revoked its lease.
+	ErrUnhealthy = errors.New("concurrency: health checks failed")
+
+	// ErrInvalidHealthCheck is returned by NewSession for WithHealthCheck
+	// with an interval of zero or less, fewer than one failure, or a nil
+	// check.
+	ErrInvalidHealthCheck = errors.New("concurrency: invalid health check")
+
+	// ErrNotHeld is returned by RequestYield when nobody holds the name.
+	ErrNotHeld = errors.New("concurrency: lock is not held")
 )

@@ -28,8 +28,10 @@ import (
 type hold struct {
 	s       *Session
 	key     string
-	rev     int64 // create revision of key: the fencing token
-	seenRev int64 // the revision of the read that last saw key, 0 if unknown
+	rev     int64            // create revision of key: the fencing token
+	lease   clientv3.LeaseID // the lease key is on: the session's, or its own with a max hold (see bound)
+	delayed string           // the name's lock-delay record, once this hold wrote it (see delayGrant); "" if not
+	seenRev int64            // the revision of the read that last saw key, 0 if unknown
 	since   time.Time
 
 	ctx    context.Context // cancelled with the cause that ended the hold
@@ -83,11 +85,46 @@ func newHold(s *Session, key string, rev, seenRev int64) *hold {
 	// The session's cause (wrapping ErrSessionExpired) passes to the hold.
 	// An orphaned session's holds go on: their watch tells when they end.
 	ctx, cancel := context.WithCancelCause(s.life)
-	return &hold{s: s, key: key, rev: rev, seenRev: seenRev, since: time.Now(), ctx: ctx, cancel: cancel}
+	return &hold{s: s, key: key, rev: rev, seenRev: seenRev, lease: s.id, since: time.Now(), ctx: ctx, cancel: cancel}
 }
 
-// watch starts the goroutine that watches the key, if the context was
-// asked for, unless it runs already, the hold has ended, or its holder is
+// bound limits the hold to d (see WithMaxHold): it grants a lease of its
+// own with a TTL of d rounded up to whole seconds, moves the key to it
+// (same create revision, value and place), and ends the hold with
+// ErrMaxHold at the grant's send time plus d less a margin, before etcd
+// can expire the lease. Whenever the hold ends, for whatever reason, the
+// lease is revoked in the background, bounded by cleanupTimeout: that
+// deletes the key if it is still on it. On error the hold has not begun:
+// the caller ends it and deletes the key; a lease granted is revoked.
+func (h *hold) bound(ctx context.Context, d time.Duration) error {
+	s := h.s
+	sent := time.Now()
+	lease, err := s.grantFor(ctx, d)
+	if err != nil {
+		return err
+	}
+	if !s.startSettling() {
+		s.revoke(lease) // Close has begun: nobody would wait for a goroutine
+		return context.Cause(s.life)
+	}
+	context.AfterFunc(h.ctx, func() {
+		defer s.settling.Done()
+		s.revoke(lease)
+	})
+	if _, _, err := h.ifHeld(ctx, "its max hold began", clientv3.OpPut(h.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease))); err != nil {
+		return err
+	}
+	h.lease = lease
+	at := sent.Add(d - min(d/10, time.Second))
+	t := time.AfterFunc(time.Until(at), func() {
+		h.finish(fmt.Errorf("%w: %v: key %q on lease %x", ErrMaxHold, d, h.key, int64(lease)))
+	})
+	context.AfterFunc(h.ctx, func() { t.Stop() })
+	return nil
+}
+
+// watch starts the goroutine that watches the key (and, WithYield, the
+// one that watches for yield requests), if the context was asked for, unless it runs already, the hold has ended, or its holder is
 // deleting the key.
 func (h *hold) watch() {
 	h.mu.Lock()
@@ -95,7 +132,41 @@ func (h *hold) watch() {
 	if !h.wanted || h.unwatchFn != nil || h.ended || h.releasing {
 		return
 	}
-	h.unwatchFn = h.start(h.watchKey)
+	stopKey := h.start(h.watchKey)
+	h.unwatchFn = stopKey
+	if h.s.opts.yield {
+		stopYield := h.start(h.watchYield)
+		h.unwatchFn = func() {
+			stopKey()
+			stopYield()
+		}
+	}
+}
+
+// ifHeld applies ops in one transaction if the hold's key is still the
+// one it holds (its create revision), sent again while unanswered (ops
+// must bear that), and returns the response and the number of attempts.
+// A key that is gone gives an error matching ErrSessionExpired that says
+// it went before what.
+func (h *hold) ifHeld(ctx context.Context, what string, ops ...clientv3.Op) (*clientv3.TxnResponse, int, error) {
+	var resp *clientv3.TxnResponse
+	tries := 0
+	err := h.s.ask(ctx, func(ctx context.Context) (err error) {
+		tries++
+		resp, err = h.s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
+			Then(ops...).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return nil, tries, err
+	}
+	if !resp.Succeeded {
+		h.s.check()
+		return nil, tries, fmt.Errorf("%w: key %q was deleted before %s", ErrSessionExpired, h.key, what)
+	}
+	return resp, tries, nil
 }
 
 // start runs fn in a goroutine of the hold, on a context that ends with
@@ -238,7 +309,7 @@ func (h *hold) release(ctx context.Context) (ended bool, err error) {
 	h.unpromote()
 	var deleted, unsure bool
 	err = retry(ctx, func() (err error) {
-		deleted, err = h.s.deleteRev(ctx, h.key, h.rev)
+		deleted, err = h.s.deleteRev(ctx, h.key, h.rev, h.markReleased()...)
 		unsure = unsure || err != nil
 		return err
 	})

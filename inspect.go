@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -87,6 +88,14 @@ type QueueKey struct {
 	// Owner is the owner record of the key's lease (see WithOwner), or nil
 	// if its session was created without one, or by another client.
 	Owner *Owner
+	// Health is the state of the key's session's failing health checks
+	// (WithHealthCheck), or nil if they are not failing (or the session
+	// has none).
+	Health *Health
+	// YieldRequested reports that RequestYield asked this key's hold (this
+	// create revision) to let go; whether it does depends on its session
+	// (WithYield).
+	YieldRequested bool
 }
 
 // Holders returns the keys of q that hold, in queue order.
@@ -116,8 +125,11 @@ func (q *Queue) filter(holds bool) []QueueKey {
 // The keys come from one linearizable read (Queue.Revision); then Inspect
 // asks etcd for the TTL of each distinct lease, one round trip each, and
 // for the owner records of the leases (WithOwner), one round trip per 100
-// leases, so the TTLs and owners are a little later than the keys (owners
-// that cannot be read, e.g. without permission, are left nil). Inspect
+// leases, for the name's yield requests (RequestYield) and for the
+// sessions' failing health checks (WithHealthCheck), one round trip each,
+// so the TTLs, owners, requests and health are a little later than the
+// keys (those that cannot be read, e.g. without permission, are left nil
+// and false). Inspect
 // blocks for these round trips, which ctx bounds: if ctx ends first, it
 // returns an error matching ctx.Err(). A nil client gives ErrNilClient and an empty name
 // ErrInvalidPrefix, before any round trip; an etcd error is returned
@@ -190,7 +202,38 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 		}
 		k.Owner = owners[k.Lease]
 	}
+	if err := readYields(ctx, c, pfx, q); err != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: yield requests: %w", name, err)
+	}
+	if err := readHealth(ctx, c, q); err != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: health records: %w", name, err)
+	}
 	return q, nil
+}
+
+// readYields sets YieldRequested on the keys of q that a yield request
+// asks (see RequestYield), from one read of the name's requests. A read
+// that fails (without permission to read YieldPrefix) leaves them unset;
+// its error is returned only if ctx ended.
+func readYields(ctx context.Context, c *clientv3.Client, pfx string, q *Queue) error {
+	resp, err := c.Get(ctx, yieldKey(pfx), clientv3.WithPrefix())
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return nil
+	}
+	asked := make(map[string]*mvccpb.KeyValue, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		asked[strings.TrimPrefix(string(kv.Key), YieldPrefix)] = kv
+	}
+	for i := range q.Keys {
+		k := &q.Keys[i]
+		if kv := asked[k.Key]; kv != nil {
+			k.YieldRequested = asks([]*mvccpb.KeyValue{kv}, k.CreateRevision)
+		}
+	}
+	return nil
 }
 
 var (

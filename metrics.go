@@ -36,6 +36,9 @@ const (
 	causeKeyDeleted = "lost_key_deleted" // the key was deleted by someone else
 	causeLease      = "lost_lease"       // the lease was revoked or expired on the server
 	causeSession    = "session_expired"  // the session ended: conservative deadline, Close, its context
+	causeMaxHold    = "max_hold"         // the hold reached its session's WithMaxHold
+	causeYielded    = "yielded"          // RequestYield asked, and the session opted in (WithYield)
+	causeUnhealthy  = "unhealthy"        // the session's health checks failed (WithHealthCheck)
 )
 
 // errLeaseLost is wrapped by the causes that say the lease is gone from the
@@ -108,8 +111,11 @@ type MetricsRecorder interface {
 	// ends, with how long it lasted and why, cause being one of
 	// "released" (Unlock, Release, RUnlock, Resign), "lost_key_deleted"
 	// (someone else deleted the key), "lost_lease" (the lease was revoked
-	// or expired on the server) and "session_expired" (the session ended:
-	// its conservative deadline, Close, its context). It is called from
+	// or expired on the server), "session_expired" (the session ended:
+	// its conservative deadline, Close, its context), "max_hold" (the
+	// hold reached its session's WithMaxHold), "yielded" (RequestYield
+	// asked it to let go, WithYield) and "unhealthy" (its session's health
+	// checks failed, WithHealthCheck). It is called from
 	// the goroutine that ends the hold: for a release or a loss, the one
 	// that releases it or the hold's watch goroutine, before the hold's
 	// context ends; for the session's end, a goroutine started by it
@@ -333,6 +339,12 @@ func (o *holdObs) ended(h *hold, cause error) {
 // causeLabel says why a hold ended, from the cause of its context.
 func causeLabel(cause error) string {
 	switch {
+	case errors.Is(cause, ErrMaxHold):
+		return causeMaxHold
+	case errors.Is(cause, ErrYieldRequested):
+		return causeYielded
+	case errors.Is(cause, ErrUnhealthy):
+		return causeUnhealthy
 	case errors.Is(cause, errLeaseLost), errors.Is(cause, ErrLeaseNotFound):
 		return causeLease
 	case errors.Is(cause, ErrLockLost):

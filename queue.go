@@ -140,7 +140,7 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	if q.holds {
 		// An adopted key may have waiters behind it that watch it: tell
 		// them (see promote), as after a wait.
-		return granted(ctx, s, r, key, q.rev, q.hdr, q.adopted)
+		return granted(ctx, s, r, key, q.rev, q.hdr, q.adopted, wait, 0)
 	}
 	if !wait {
 		settle(ctx, s, key, q, nil)
@@ -158,7 +158,11 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	a.wait()
 	hdr, err := waitDeletes(wctx, s, r, key, q.rev, q.next, q.hdr.Revision)
 	if err == nil {
-		h, hdr, err := granted(ctx, s, r, key, q.rev, hdr, true)
+		behind := q.next.create // the newest key older than this one when it queued
+		if q.next.key == "" {
+			behind = behindUnknown
+		}
+		h, hdr, err := granted(ctx, s, r, key, q.rev, hdr, true, wait, behind)
 		if err != nil && waiting != nil {
 			waiting(0)
 		}
@@ -186,8 +190,13 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 // wait's own cancellation by the session's end comes a goroutine later;
 // this check does not wait for it. A Semaphore's hold whose key existed
 // before the read that granted it (waited, or adopted) tells the waiter
-// behind it (see promote), without delaying the grant.
-func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr *pb.ResponseHeader, existed bool) (*hold, *pb.ResponseHeader, error) {
+// behind it (see promote), without delaying the grant. With a max hold
+// (WithMaxHold), the key is first moved to a lease of its own (see
+// hold.bound); with a lock-delay (WithLockDelay), a Mutex's grant may wait
+// for one (see hold.delayGrant), or with !wait miss (ErrLocked); behind is
+// the create revision of the newest key older than key when it queued (0:
+// none). If either fails, the key is deleted and the error returned.
+func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr *pb.ResponseHeader, existed, wait bool, behind int64) (*hold, *pb.ResponseHeader, error) {
 	err := ctx.Err()
 	if s.life.Err() != nil {
 		err = context.Cause(s.life)
@@ -197,6 +206,34 @@ func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr
 		return nil, nil, err
 	}
 	h := newHold(s, key, rev, hdr.Revision)
+	if d := s.opts.maxHold; d > 0 {
+		if err := h.bound(ctx, d); err != nil {
+			h.end(err) // revokes the hold's own lease, if granted
+			s.unuse(ctx, key, rev, deleteNow)
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return nil, nil, err
+		}
+	}
+	if d := s.opts.lockDelay; d > 0 && r.kind == kindMutex {
+		if err := h.delayGrant(ctx, r.pfx, behind, d, wait); err != nil {
+			// Released, and marked so: the delay key carries the delay.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			ended, rerr := h.release(rctx)
+			cancel()
+			then := keep
+			if !ended || rerr != nil {
+				h.end(err)
+				then = deleteNow
+			}
+			s.unuse(ctx, key, rev, then)
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return nil, nil, err
+		}
+	}
 	if existed && (r.limit > 1 || r.weigh != nil) {
 		h.promote()
 	}
@@ -420,7 +457,7 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 // create revision rev; if not, it returns an error matching
 // ErrSessionExpired (the key was deleted).
 func putIfRev(ctx context.Context, s *Session, key string, rev int64, val string) error {
-	resp, err := s.setIfRev(ctx, key, rev, val)
+	resp, err := s.setIfRev(ctx, key, rev, val, s.id)
 	if err != nil {
 		return err
 	}

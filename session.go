@@ -47,8 +47,8 @@ type Session struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	done     sync.WaitGroup // the keepalive goroutine
-	settling sync.WaitGroup // enqueues awaited in the background (see settledEnqueue)
+	done     sync.WaitGroup // the keepalive goroutine, and the health checks' (WithHealthCheck)
+	settling sync.WaitGroup // enqueues awaited, and max-hold leases revoked, in the background (see settledEnqueue, hold.bound)
 	sweeping sync.WaitGroup // the cleanup goroutine, while it runs (see kickSweeper)
 	checkc   chan struct{}  // asks the keepalive goroutine to renew (and so check) the lease now
 	sweepc   chan struct{}  // asks the cleanup goroutine to delete leftover keys
@@ -104,6 +104,17 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	o := sessionOptions{ttl: defaultSessionTTL, ctx: client.Ctx()}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.maxHold != 0 && o.maxHold < time.Second {
+		return nil, fmt.Errorf("%w: WithMaxHold(%v)", ErrInvalidMaxHold, o.maxHold)
+	}
+	if o.lockDelay < 0 {
+		return nil, fmt.Errorf("%w: WithLockDelay(%v)", ErrInvalidLockDelay, o.lockDelay)
+	}
+	if o.health != nil {
+		if err := o.health.valid(); err != nil {
+			return nil, err
+		}
 	}
 	if o.badTTL {
 		client.GetLogger().Warn("concurrency: WithTTL(): TTL should be > 0, keeping the current TTL", zap.Int("ttl", o.ttl))
@@ -191,6 +202,10 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	context.AfterFunc(s.life, func() { stop() })
 	s.done.Add(1)
 	go s.run()
+	if o.health != nil {
+		s.done.Add(1)
+		go s.checkHealth(o.health)
+	}
 	return s, nil
 }
 
@@ -407,6 +422,38 @@ func (s *Session) startSettling() bool {
 	}
 	s.settling.Add(1)
 	return true
+}
+
+// grantFor grants a lease of its own for d, rounded up to whole seconds,
+// that nobody renews (a max hold's, a lock-delay's). An attempt applied
+// but unanswered leaves a lease with no key, which expires after d.
+func (s *Session) grantFor(ctx context.Context, d time.Duration) (clientv3.LeaseID, error) {
+	var lease clientv3.LeaseID
+	err := s.ask(ctx, func(ctx context.Context) error {
+		resp, err := s.client.Grant(ctx, int64((d+time.Second-1)/time.Second))
+		if err == nil {
+			lease = resp.ID
+		}
+		return err
+	})
+	return lease, err
+}
+
+// revoke revokes lease, a max hold's (see hold.bound), within
+// cleanupTimeout; if it fails, the lease expires by itself.
+func (s *Session) revoke(lease clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.opts.ctx), cleanupTimeout)
+	defer cancel()
+	defer context.AfterFunc(s.client.Ctx(), cancel)() // a closed client revokes nothing
+	_ = retry(ctx, func() error {
+		return s.ask(ctx, func(ctx context.Context) error {
+			_, err := s.client.Revoke(ctx, lease)
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return nil
+			}
+			return err
+		})
+	})
 }
 
 // leaseGone ends the session's life after etcd refused a write because the
@@ -680,14 +727,17 @@ func (s *Session) deleteKey(ctx context.Context, key string, rev int64) error {
 // It reports whether it deleted the key. An attempt that is not answered
 // in time is sent again (see ask); a key that the next attempt finds gone
 // was then most likely deleted by the first, and counts as deleted.
-func (s *Session) deleteRev(ctx context.Context, key string, rev int64) (bool, error) {
+//
+// The operations also, if any, are applied in the same transaction as the
+// delete (a lock-delay's release mark, see markReleased).
+func (s *Session) deleteRev(ctx context.Context, key string, rev int64, also ...clientv3.Op) (bool, error) {
 	var resp *clientv3.TxnResponse
 	tries := 0
 	err := s.ask(ctx, func(ctx context.Context) (err error) {
 		tries++
 		resp, err = s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-			Then(clientv3.OpDelete(key)).
+			Then(append([]clientv3.Op{clientv3.OpDelete(key)}, also...)...).
 			Commit()
 		return err
 	})
@@ -697,19 +747,20 @@ func (s *Session) deleteRev(ctx context.Context, key string, rev int64) (bool, e
 	return resp.Succeeded || tries > 1, nil
 }
 
-// setIfRev sets the value of key, on the session's lease, if key still has
+// setIfRev sets the value of key, on lease (the session's, or a max hold's),
+// if key still has
 // create revision rev, in one transaction. It is not sent again (see ask):
 // an attempt applied late, after a later value, would set the older value
 // back. It waits, if ctx does not end first, four times the session's
 // liveness.wait at most (4 s to 20 s), and then returns an error matching
 // context.DeadlineExceeded, with the outcome unknown.
-func (s *Session) setIfRev(ctx context.Context, key string, rev int64, val string) (*clientv3.TxnResponse, error) {
+func (s *Session) setIfRev(ctx context.Context, key string, rev int64, val string, lease clientv3.LeaseID) (*clientv3.TxnResponse, error) {
 	d := 4 * s.live().wait
 	actx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	resp, err := s.client.Txn(actx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpPut(key, val, clientv3.WithLease(s.id))).
+		Then(clientv3.OpPut(key, val, clientv3.WithLease(lease))).
 		Commit()
 	if err != nil && ctx.Err() == nil && actx.Err() != nil {
 		return nil, fmt.Errorf("%w: %w: no answer within %v: the value of %q may or may not be set", errNoAnswer, context.DeadlineExceeded, d, key)
@@ -726,6 +777,10 @@ type sessionOptions struct {
 	metrics        MetricsRecorder      // WithMetrics
 	tracerProvider trace.TracerProvider // WithTracerProvider
 	owner          *Owner               // WithOwner; nil: no owner record
+	maxHold        time.Duration        // WithMaxHold; 0: a hold lasts as long as its session
+	yield          bool                 // WithYield: holds end when RequestYield asks
+	lockDelay      time.Duration        // WithLockDelay; 0: none
+	health         *healthCheck         // WithHealthCheck; nil: none
 }
 
 // SessionOption configures a Session.
@@ -773,4 +828,24 @@ func WithContext(ctx context.Context) SessionOption {
 			o.ctx = ctx
 		}
 	}
+}
+
+// WithMaxHold bounds every hold taken on the session (Mutex, Semaphore,
+// RWMutex, Election) to d, even while the process runs and renews its
+// session (Redisson's leaseTime). Once the hold is granted, its key is
+// moved, with the same create revision (so the same fencing token), value
+// and place in the queue, to a lease of its own granted with a TTL of d
+// rounded up to whole seconds and never renewed: etcd removes the key when
+// that lease expires, whatever the holder does. The hold's Ctx is cancelled
+// with cause ErrMaxHold at the send time of the grant plus d, less a tenth
+// of d (a second at most), and its lease is then revoked, which deletes
+// the key. Each hold costs one more LeaseGrant and one more write before
+// Lock returns, and one LeaseRevoke, in the background, when it ends.
+//
+// The default, 0, bounds nothing: a hold lasts as long as its session. A d
+// under a second makes NewSession return an error matching
+// ErrInvalidMaxHold. See the package documentation for what it cannot
+// promise.
+func WithMaxHold(d time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.maxHold = d }
 }

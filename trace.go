@@ -26,8 +26,9 @@ import (
 //   - concurrency.hold, one per acquisition that acquired, from the hold to
 //     its end: a sibling of concurrency.acquire (a child of the caller's
 //     span), with kind, lock, key, token, and at the end outcome, why the
-//     hold ended: released, lost_key_deleted, lost_lease or
-//     session_expired (as the label cause of the metrics).
+//     hold ended: released, lost_key_deleted, lost_lease,
+//     session_expired, max_hold, yielded or unhealthy (as the label cause
+//     of the metrics).
 //   - concurrency.release, one per Unlock, Release, RUnlock or Resign that
 //     deletes a key, with kind, lock, key, token and outcome: released,
 //     lost (the key was already gone), session_expired, or error (the hold

@@ -87,7 +87,7 @@ func TestFaults(t *testing.T) {
 		procs:     *flagProcs,
 		clients:   *flagClients,
 		ttl:       *flagTTL,
-		workloads: []string{"txn", "fence", "unguarded", "election", "lead", "semaphore", "wsemaphore", "rwmutex", "cancel", "hold", "queue", "pqueue", "barrier", "dbarrier", "latch"},
+		workloads: []string{"txn", "fence", "unguarded", "election", "lead", "semaphore", "wsemaphore", "rwmutex", "cancel", "hold", "maxhold", "yield", "queue", "pqueue", "barrier", "dbarrier", "latch"},
 		faults:    allFaults,
 	}
 	if *flagOnly != "" {

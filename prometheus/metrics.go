@@ -150,7 +150,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		held: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "hold_seconds", Help: "How long each hold lasted, whatever ended it.", Buckets: holdBuckets}, lock),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "holds_ended_total", Help: "Holds ended, by cause: released, lost_key_deleted, lost_lease, session_expired."}, append([]string{"cause"}, lock...)),
+			Name: "holds_ended_total", Help: "Holds ended, by cause: released, lost_key_deleted, lost_lease, session_expired, max_hold, yielded, unhealthy."}, append([]string{"cause"}, lock...)),
 		waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "waiters", Help: "Acquisitions of this process waiting in a queue now."}, lock),
 		holders: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
@@ -189,7 +189,7 @@ func (m *Metrics) labels(kind, name string) []string {
 
 // causes are the values of the label cause of
 // concurrency_lock_holds_ended_total (concurrency.MetricsRecorder.HoldEnded).
-var causes = []string{"released", "lost_key_deleted", "lost_lease", "session_expired"}
+var causes = []string{"released", "lost_key_deleted", "lost_lease", "session_expired", "max_hold", "yielded", "unhealthy"}
 
 // LockCreated starts at 0 the series of a lock of kind named name (with
 // WithLockNameLabel; of kind only, without): its counters, histograms,

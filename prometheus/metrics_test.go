@@ -99,12 +99,15 @@ concurrency_lock_acquire_failures_total{kind="election",name="/jobs/leader"} 0
 # HELP concurrency_lock_trylock_misses_total TryLock, TryAcquire, TryRLock calls that found the lock held.
 # TYPE concurrency_lock_trylock_misses_total counter
 concurrency_lock_trylock_misses_total{kind="election",name="/jobs/leader"} 0
-# HELP concurrency_lock_holds_ended_total Holds ended, by cause: released, lost_key_deleted, lost_lease, session_expired.
+# HELP concurrency_lock_holds_ended_total Holds ended, by cause: released, lost_key_deleted, lost_lease, session_expired, max_hold, yielded, unhealthy.
 # TYPE concurrency_lock_holds_ended_total counter
 concurrency_lock_holds_ended_total{cause="lost_key_deleted",kind="election",name="/jobs/leader"} 0
 concurrency_lock_holds_ended_total{cause="lost_lease",kind="election",name="/jobs/leader"} 0
+concurrency_lock_holds_ended_total{cause="max_hold",kind="election",name="/jobs/leader"} 0
 concurrency_lock_holds_ended_total{cause="released",kind="election",name="/jobs/leader"} 0
 concurrency_lock_holds_ended_total{cause="session_expired",kind="election",name="/jobs/leader"} 0
+concurrency_lock_holds_ended_total{cause="unhealthy",kind="election",name="/jobs/leader"} 0
+concurrency_lock_holds_ended_total{cause="yielded",kind="election",name="/jobs/leader"} 0
 # HELP concurrency_lock_leader 1 while this process leads the election name, else 0.
 # TYPE concurrency_lock_leader gauge
 concurrency_lock_leader{name="/jobs/leader"} 0

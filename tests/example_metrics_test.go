@@ -59,12 +59,15 @@ func Example_metrics() {
 # HELP concurrency_lock_acquisitions_total Locks, semaphore permits and leaderships acquired.
 # TYPE concurrency_lock_acquisitions_total counter
 concurrency_lock_acquisitions_total{kind="mutex"} 2
-# HELP concurrency_lock_holds_ended_total Holds ended, by cause: released, lost_key_deleted, lost_lease, session_expired.
+# HELP concurrency_lock_holds_ended_total Holds ended, by cause: released, lost_key_deleted, lost_lease, session_expired, max_hold, yielded, unhealthy.
 # TYPE concurrency_lock_holds_ended_total counter
 concurrency_lock_holds_ended_total{cause="lost_key_deleted",kind="mutex"} 0
 concurrency_lock_holds_ended_total{cause="lost_lease",kind="mutex"} 0
+concurrency_lock_holds_ended_total{cause="max_hold",kind="mutex"} 0
 concurrency_lock_holds_ended_total{cause="released",kind="mutex"} 2
 concurrency_lock_holds_ended_total{cause="session_expired",kind="mutex"} 0
+concurrency_lock_holds_ended_total{cause="unhealthy",kind="mutex"} 0
+concurrency_lock_holds_ended_total{cause="yielded",kind="mutex"} 0
 # HELP concurrency_lock_trylock_misses_total TryLock, TryAcquire, TryRLock calls that found the lock held.
 # TYPE concurrency_lock_trylock_misses_total counter
 concurrency_lock_trylock_misses_total{kind="mutex"} 2

@@ -607,7 +607,7 @@ func TestMetricsSeriesFromStart(t *testing.T) {
 			}
 			expect(t, reg, name, l, 0)
 		}
-		for _, cause := range []string{"released", "lost_key_deleted", "lost_lease", "session_expired"} {
+		for _, cause := range []string{"released", "lost_key_deleted", "lost_lease", "session_expired", "max_hold", "yielded", "unhealthy"} {
 			lc := map[string]string{"kind": l["kind"], "name": l["name"], "cause": cause}
 			if !exists(t, reg, "concurrency_lock_holds_ended_total", lc) {
 				t.Errorf("no series concurrency_lock_holds_ended_total%v before any acquisition", lc)

@@ -26,6 +26,8 @@ type electOptions struct {
 	signal    signalValue // --signal: sent to the command's group when the leadership is lost
 	metrics   string      // --metrics-addr
 	fg        bool        // --foreground
+	yield     bool        // --yield: let go when 'etcdlock yield' asks
+	health    healthFlags // --health-cmd, --health-interval, --health-failures
 }
 
 func newElectCommand(conn *connFlags) *cobra.Command {
@@ -98,6 +100,8 @@ etcdctl elect and etcd's concurrency package.`,
 				return usagef("elect --once needs a command after --")
 			case o.killGrace < 0:
 				return usagef("--kill-grace must not be negative, not %v", o.killGrace)
+			case o.health.validate() != nil:
+				return o.health.validate()
 			case args[0] == "":
 				return usagef("elect NAME must not be empty: %w", concurrency.ErrInvalidPrefix)
 			case o.listen && len(args) == 2:
@@ -135,6 +139,8 @@ etcdctl elect and etcd's concurrency package.`,
 	f.VarP(&o.signal, "signal", "s", "with a command: after the leadership is lost, send this signal (a name such as TERM, HUP, INT, USR1, or a number) to the command's process group, as timeout -s, then SIGKILL after --kill-grace")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
 	f.BoolVar(&o.fg, "foreground", false, foregroundUsage)
+	o.health.add(f)
+	f.BoolVar(&o.yield, "yield", false, "let go when 'etcdlock yield NAME' asks: as on a loss, the command is stopped and etcdlock campaigns again (exits 122 with --once or without a command)")
 	cmd.RegisterFlagCompletionFunc("signal", completeSignal)
 	return cmd
 }
@@ -142,7 +148,12 @@ etcdctl elect and etcd's concurrency package.`,
 func (o *electOptions) campaign(conn *connFlags, name, proposal string, srv served, stdout, stderr io.Writer) error {
 	waiting := fmt.Sprintf("while campaigning in %q", name)
 	own := owner("elect", nil)
-	c, err := newContender(conn, name, o.ttl, waiting, concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(own))
+	opts := []concurrency.SessionOption{concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(own)}
+	if o.yield {
+		opts = append(opts, concurrency.WithYield())
+	}
+	opts = append(opts, o.health.sessionOptions()...)
+	c, err := newContender(conn, name, o.ttl, waiting, opts...)
 	if err != nil {
 		return err
 	}
@@ -325,9 +336,14 @@ func (o *electOptions) supervise(conn *connFlags, name, proposal string, command
 	})
 	leadc := make(chan error, 1)
 	go func() {
-		leadc <- concurrency.Lead(ctx, cli, name, proposal, fn, concurrency.WithLeadTTL(o.ttl),
+		opts := []concurrency.LeadOption{concurrency.WithLeadTTL(o.ttl),
 			concurrency.WithLeadMetrics(srv.metrics), concurrency.WithStatus(status),
-			concurrency.WithLeadOwner(own))
+			concurrency.WithLeadOwner(own)}
+		if o.yield {
+			opts = append(opts, concurrency.WithLeadYield())
+		}
+		opts = append(opts, o.health.leadOptions()...)
+		leadc <- concurrency.Lead(ctx, cli, name, proposal, fn, opts...)
 	}()
 	select {
 	case err = <-leadc:

@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency"
 )
 
 func newInspectCommand(conn *connFlags) *cobra.Command {
@@ -51,7 +53,10 @@ waiters.
           "limit" and "weight" (semaphore), "holds", "lease" (hex), "ttl_seconds" (-1:
           lease gone), "create_revision", "position" (0: holder, 1: next
           waiter...), "value" (if not etcdlock's), "host", "pid", "label",
-          "waiting_since", "held_since", "waited_seconds", "held_seconds"}
+          "waiting_since", "held_since", "waited_seconds", "held_seconds",
+          "yield_requested" (true once 'etcdlock yield' asked the hold),
+          "health" ({"failures", "limit", "error"} while the session's
+          --health-cmd fails, before it ends the session)}
 The fields from etcdlock's record and the owner record are absent for keys
 without them.`,
 		Args: cobra.ExactArgs(1),
@@ -95,23 +100,25 @@ type lockState struct {
 }
 
 type entryState struct {
-	Key            string     `json:"key"`
-	Kind           string     `json:"kind"`
-	Limit          int        `json:"limit,omitempty"`
-	Weight         int        `json:"weight,omitempty"`
-	Holds          bool       `json:"holds"`
-	Lease          string     `json:"lease"`
-	TTL            int64      `json:"ttl_seconds"`
-	CreateRevision int64      `json:"create_revision"`
-	Position       int        `json:"position"`
-	Value          string     `json:"value,omitempty"`
-	Host           string     `json:"host,omitempty"`
-	PID            int        `json:"pid,omitempty"`
-	Label          string     `json:"label,omitempty"`
-	WaitingSince   *time.Time `json:"waiting_since,omitempty"`
-	HeldSince      *time.Time `json:"held_since,omitempty"`
-	Waited         *float64   `json:"waited_seconds,omitempty"`
-	Held           *float64   `json:"held_seconds,omitempty"`
+	Key            string              `json:"key"`
+	Kind           string              `json:"kind"`
+	Limit          int                 `json:"limit,omitempty"`
+	Weight         int                 `json:"weight,omitempty"`
+	Holds          bool                `json:"holds"`
+	Lease          string              `json:"lease"`
+	TTL            int64               `json:"ttl_seconds"`
+	CreateRevision int64               `json:"create_revision"`
+	Position       int                 `json:"position"`
+	Value          string              `json:"value,omitempty"`
+	Host           string              `json:"host,omitempty"`
+	PID            int                 `json:"pid,omitempty"`
+	Label          string              `json:"label,omitempty"`
+	WaitingSince   *time.Time          `json:"waiting_since,omitempty"`
+	HeldSince      *time.Time          `json:"held_since,omitempty"`
+	Waited         *float64            `json:"waited_seconds,omitempty"`
+	Held           *float64            `json:"held_seconds,omitempty"`
+	YieldRequested bool                `json:"yield_requested,omitempty"`
+	Health         *concurrency.Health `json:"health,omitempty"`
 }
 
 // inspect reads the queue of lock name and the TTL left of each lease.
@@ -125,7 +132,7 @@ func inspect(ctx context.Context, conn *connFlags, cli *clientv3.Client, name st
 	now := time.Now()
 	st := &lockState{Name: name, Prefix: lockPrefix(name), Revision: rev, Kind: queueKind(q), Holders: []*entryState{}, Waiters: []*entryState{}}
 	for _, e := range q {
-		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Weight: e.Weight, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: e.TTL, CreateRevision: e.Rev}
+		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Weight: e.Weight, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: e.TTL, CreateRevision: e.Rev, YieldRequested: e.Yield, Health: e.Health}
 		if m := e.Meta; m != nil {
 			es.WaitingSince = &m.WaitingSince
 			if !m.HeldSince.IsZero() {
@@ -206,6 +213,16 @@ func (st *lockState) print(w io.Writer) {
 			cell(e.Host), cell(e.Label), kind, cell(value))
 	}
 	tw.Flush()
+	for _, e := range st.Holders {
+		if e.YieldRequested {
+			fmt.Fprintf(w, "etcdlock yield asked %s to let go (it does if it opted in)\n", e.Key)
+		}
+	}
+	for _, e := range append(append([]*entryState{}, st.Holders...), st.Waiters...) {
+		if h := e.Health; h != nil {
+			fmt.Fprintf(w, "the session of %s failed %d of %d health checks in a row, the last: %s\n", e.Key, h.Failures, h.Limit, oneLine(h.Err))
+		}
+	}
 }
 
 func age(s *float64) string {

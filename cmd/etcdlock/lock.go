@@ -31,14 +31,18 @@ type lockOptions struct {
 	conflict    exitCodeValue // --conflict-exit-code: for --try busy and --timeout
 	setConflict bool          // --conflict-exit-code was given
 	quiet       bool
-	limit       int    // --limit: a Semaphore with this many permits; 0 without the flag
-	setLimit    bool   // --limit was given (so that --limit 0 is refused)
-	weight      int    // --weight: how many of the semaphore's permits to hold; 1 without the flag
-	setWeight   bool   // --weight was given
-	shared      bool   // --shared: an RWMutex's read side
-	exclusive   bool   // --exclusive: an RWMutex's write side
-	metrics     string // --metrics-addr
-	fg          bool   // --foreground
+	limit       int           // --limit: a Semaphore with this many permits; 0 without the flag
+	setLimit    bool          // --limit was given (so that --limit 0 is refused)
+	weight      int           // --weight: how many of the semaphore's permits to hold; 1 without the flag
+	setWeight   bool          // --weight was given
+	shared      bool          // --shared: an RWMutex's read side
+	exclusive   bool          // --exclusive: an RWMutex's write side
+	metrics     string        // --metrics-addr
+	fg          bool          // --foreground
+	maxHold     time.Duration // --max-hold: 0 bounds nothing
+	yield       bool          // --yield: let go when 'etcdlock yield' asks
+	lockDelay   time.Duration // --lock-delay: 0 for none
+	health      healthFlags   // --health-cmd, --health-interval, --health-failures
 
 	own   concurrency.Owner // the session's owner record
 	lease clientv3.LeaseID  // the session's lease
@@ -84,6 +88,16 @@ func (o *lockOptions) kind() string {
 		return "rwmutex write side"
 	}
 	return "mutex"
+}
+
+// sessionOptions are the options of the session of a lock command.
+func (o *lockOptions) sessionOptions(srv served) []concurrency.SessionOption {
+	opts := []concurrency.SessionOption{concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(o.own),
+		concurrency.WithMaxHold(o.maxHold), concurrency.WithLockDelay(o.lockDelay)}
+	if o.yield {
+		opts = append(opts, concurrency.WithYield())
+	}
+	return append(opts, o.health.sessionOptions()...)
 }
 
 // newLocker returns the lock that o asks for, named name, on session s.
@@ -154,6 +168,34 @@ the command if there is one) beside its lease, under
 /_concurrency/owner/, which inspect shows for every kind of lock; where the
 user may not write there, the lock works without it.
 
+--max-hold D bounds the hold to D even while etcdlock and the command run
+(Redisson's leaseTime): the key moves, with its token, to a lease of its own
+that etcdlock never renews, so etcd removes it D after the grant even if
+etcdlock is cut off or stopped; after D (less a tenth, at most 1 s) the
+command is stopped as on a loss, and etcdlock exits 122. A crashed holder
+then keeps the lock until D, not --ttl.
+
+--lock-delay D (Consul's lock-delay, Chubby's): after a hold that ended by
+loss (lease expired or revoked, key deleted by force-unlock) rather than by
+its holder's release, take the lock only D later, so that a holder that
+lost it without knowing has time to stop before this command starts; for
+resources that cannot check ETCD_LOCK_REV. A release by 'etcdlock lock
+--lock-delay' is recorded and waits for nothing; one by etcdctl lock,
+etcd's package or 'etcdlock lock' without the flag cannot be told from a
+loss, and waits D too. With --try, a lock in its delay is busy (exit 123).
+
+--health-cmd CMD (Consul's session health checks) runs the shell command
+CMD every --health-interval (default 10s) while waiting and holding; after
+--health-failures (default 3) failures in a row (a status other than 0, or
+still running at the next interval), the session ends and its lease is
+revoked, so the lock goes to the next waiter at once and the command is
+stopped as on a loss (exit 122): a stuck service stops holding the lock
+although etcdlock itself still renews it.
+
+--yield lets 'etcdlock yield NAME' (or the library's RequestYield) ask this
+holder to let go: the command is then stopped as on a loss, and etcdlock
+exits 122. Without it, requests are ignored.
+
 Exit codes: the command's status, or 1 (among other errors: the name is
 in use by another kind of lock, or a semaphore with another limit),
 2 (usage, including --limit below 1), 120 (etcd unreachable),
@@ -177,6 +219,9 @@ See 'etcdlock --help'.`,
   etcdlock lock --try nightly-report -- /usr/local/bin/report || [ $? -eq 123 ]
   # the same, as flock -n -E 0 does it: a busy lock exits 0
   etcdlock lock --try -E 0 nightly-report -- /usr/local/bin/report
+
+  # a job that must never hold the lock more than 15 minutes
+  etcdlock lock --max-hold 15m nightly-report -- /usr/local/bin/report
 
   # wait at most 30 seconds (as flock -w 30); on a loss, send SIGHUP (as timeout -s HUP)
   etcdlock lock --timeout 30 --signal HUP config-reload -- /usr/local/bin/reload
@@ -211,6 +256,10 @@ See 'etcdlock --help'.`,
 	f.BoolVar(&o.exclusive, "exclusive", false, "hold the write side of a reader/writer lock named NAME")
 	f.StringVar(&o.metrics, "metrics-addr", "", metricsFlagUsage)
 	f.BoolVar(&o.fg, "foreground", false, foregroundUsage)
+	o.health.add(f)
+	durationVar(f, &o.lockDelay, "lock-delay", 0, "after a holder lost the lock (rather than released it), take it only this much later, for resources that cannot check ETCD_LOCK_REV (plain mutex only); 0 for none")
+	f.BoolVar(&o.yield, "yield", false, "let go when 'etcdlock yield NAME' asks: the command is stopped as on a loss (exit 122)")
+	durationVar(f, &o.maxHold, "max-hold", 0, "hold the lock this long at most (at least 1s), even while this process runs: the command is then stopped as on a loss (exit 122), and etcd removes the key itself if etcdlock cannot; 0 bounds nothing")
 	cmd.RegisterFlagCompletionFunc("signal", completeSignal)
 	return cmd
 }
@@ -264,6 +313,14 @@ func (o *lockOptions) validate() error {
 		return usagef("--timeout must not be negative, not %v", o.timeout)
 	case o.killGrace < 0:
 		return usagef("--kill-grace must not be negative, not %v", o.killGrace)
+	case o.health.validate() != nil:
+		return o.health.validate()
+	case o.lockDelay < 0:
+		return withCode(exitUsage, fmt.Errorf("--lock-delay %v: %w", o.lockDelay, concurrency.ErrInvalidLockDelay))
+	case o.lockDelay > 0 && (o.setLimit || o.shared || o.exclusive):
+		return usagef("--lock-delay works with a plain lock only, not with --limit, --shared or --exclusive")
+	case o.maxHold != 0 && o.maxHold < time.Second:
+		return withCode(exitUsage, fmt.Errorf("--max-hold %v: %w", o.maxHold, concurrency.ErrInvalidMaxHold))
 	case o.setLimit && o.limit < 1:
 		return withCode(exitUsage, fmt.Errorf("--limit must be at least 1, not %d: %w", o.limit, concurrency.ErrInvalidLimit))
 	case o.setWeight && !o.setLimit:
@@ -428,7 +485,7 @@ func (o *lockOptions) run(conn *connFlags, name string, command []string, stdout
 	defer stopMetrics()
 	o.own = owner("lock", command)
 	c, err := newContender(conn, name, o.ttl, fmt.Sprintf("while waiting for lock %q", name),
-		concurrency.WithMetrics(srv.metrics), concurrency.WithOwner(o.own))
+		o.sessionOptions(srv)...)
 	if err != nil {
 		return err
 	}

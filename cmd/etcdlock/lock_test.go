@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
 )
 
@@ -329,5 +332,150 @@ func TestLockExcludesEtcdPackage(t *testing.T) {
 	if _, rev := keyRev(t, waiter.stdout.String()); rev <= m.Header().Revision {
 		t.Errorf("etcdlock's token %d is not after etcd's hold (revision %d)", rev, m.Header().Revision)
 	}
+	etcdtest.WaitKeys(t, c, pfx, 0)
+}
+
+// --max-hold: the command runs with the key on a lease of its own, and is
+// stopped as on a loss once the max hold passes, although etcdlock runs
+// and renews its session; the next holder (etcd's own Mutex) gets the
+// lock.
+func TestMaxHoldLockStopsCommand(t *testing.T) {
+	pfx := begin(t)
+	c := sharedClient(t)
+	p := start(t, nil, "lock", "--max-hold", "3", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	p.waitFor(p.stdout, "ready\n")
+	locked := time.Now()
+	kvs := etcdtest.WaitKeys(t, c, pfx, 1)
+	r, err := c.TimeToLive(t.Context(), clientv3.LeaseID(kvs[0].Lease))
+	if err != nil || r.GrantedTTL != 3 {
+		t.Fatalf("the key's lease: %v %v, want one granted 3 s (the max hold's, not --ttl's)", r, err)
+	}
+	s, err := etcdconc.NewSession(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := etcdconc.NewMutex(s, pfx)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	if err := m.Lock(ctx); err != nil {
+		t.Fatalf("etcd's Mutex behind --max-hold 3: %v", err)
+	}
+	took := time.Since(locked)
+	p.expectExit(10*time.Second, exitLost)
+	if took > 10*time.Second {
+		t.Errorf("next holder granted %v after the command started, with --max-hold 3", took)
+	}
+	if s := p.stderr.String(); !strings.Contains(s, "lost lock") || !strings.Contains(s, "maximum duration") || !strings.Contains(s, "sending SIGTERM") {
+		t.Errorf("stderr does not say the max hold passed and the command was stopped:\n%s", s)
+	}
+	if err := m.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// etcdlock yield asks the holder; lock --yield stops its command as on a
+// loss, and the next waiter, itself without --yield, gets the lock and
+// ignores a request in turn. yield on a free name exits 125.
+func TestYieldCommand(t *testing.T) {
+	pfx := begin(t)
+	c := sharedClient(t)
+	a := start(t, nil, "lock", "--yield", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	a.waitFor(a.stdout, "ready\n")
+	b := start(t, nil, "lock", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	etcdtest.WaitKeys(t, c, pfx, 2)
+
+	out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"yield", pfx})
+	if !strings.Contains(out, "asked "+pfx+"/") {
+		t.Errorf("yield printed %q, want the holder it asked", out)
+	}
+	a.expectExit(10*time.Second, exitLost)
+	if s := a.stderr.String(); !strings.Contains(s, "yield requested") || !strings.Contains(s, "sending SIGTERM") {
+		t.Errorf("the yielding holder's stderr does not say why it stopped its command:\n%s", s)
+	}
+	b.waitFor(b.stdout, "ready\n")
+	expectRun(t, 10*time.Second, 0, nil, []string{"yield", pfx})
+	kvs := etcdtest.WaitKeys(t, c, pfx, 1)
+	q, err := concurrency.Inspect(t.Context(), c, pfx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q.Keys) != 1 || q.Keys[0].Key != string(kvs[0].Key) || !q.Keys[0].YieldRequested {
+		t.Fatalf("inspect after the second request: %+v, want the holder without --yield asked and still there", q.Keys)
+	}
+	if out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"inspect", pfx}); !strings.Contains(out, "etcdlock yield asked "+string(kvs[0].Key)) {
+		t.Errorf("inspect does not show the request:\n%s", out)
+	}
+	if out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"inspect", "--json", pfx}); !strings.Contains(out, `"yield_requested": true`) {
+		t.Errorf("inspect --json does not show the request:\n%s", out)
+	}
+	b.signal(syscall.SIGTERM)
+	if code := b.wait(10 * time.Second); code == exitLost || strings.Contains(b.stderr.String(), "lost lock") {
+		t.Fatalf("the holder without --yield gave up its lock (exit %d):\n%s", code, b.stderr.String())
+	}
+	etcdtest.WaitKeys(t, c, pfx, 0)
+	expectRun(t, 10*time.Second, exitNotFound, nil, []string{"yield", pfx}, "nobody holds")
+}
+
+// --lock-delay: after a holder's lease is revoked (a loss), the next
+// lock --lock-delay starts its command only the delay later; --try during
+// the delay is busy (123).
+func TestLockDelayCommand(t *testing.T) {
+	pfx := begin(t)
+	c := sharedClient(t)
+	a := start(t, nil, "lock", "--lock-delay", "3", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	a.waitFor(a.stdout, "ready\n")
+	b := start(t, nil, "lock", "--lock-delay", "3", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	kvs := etcdtest.WaitKeys(t, c, pfx, 2)
+	if _, err := c.Revoke(t.Context(), clientv3.LeaseID(kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	lost := time.Now()
+	a.expectExit(10*time.Second, exitLost)
+	etcdtest.WaitKeys(t, c, pfx, 1)
+	expectRun(t, 10*time.Second, 123, nil, []string{"lock", "--try", "--lock-delay", "3", pfx, "--", "true"})
+	b.waitFor(b.stdout, "ready\n")
+	if took := time.Since(lost); took < 3*time.Second {
+		t.Fatalf("the next command started %v after the loss, before --lock-delay 3", took)
+	}
+	b.signal(syscall.SIGTERM)
+	b.wait(10 * time.Second)
+	etcdtest.WaitKeys(t, c, pfx, 0)
+}
+
+// --health-cmd: once the check fails --health-failures times in a row,
+// the session ends and its lease is revoked: the command is stopped as on
+// a loss, and the next waiter gets the lock at once, not after --ttl.
+func TestHealthCommand(t *testing.T) {
+	pfx := begin(t)
+	c := sharedClient(t)
+	flag := t.TempDir() + "/healthy"
+	if err := os.WriteFile(flag, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := start(t, nil, "lock", "--ttl", "60", "--health-cmd", "test -e "+flag, "--health-interval", "2", "--health-failures", "3",
+		pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	a.waitFor(a.stdout, "ready\n")
+	b := start(t, nil, "lock", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	// While the checks fail, before the third, inspect shows it.
+	if err := os.Remove(flag); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.Eventually(t, 10*time.Second, func() bool {
+		_, out, _ := runEtcdlock(t, 10*time.Second, nil, "inspect", pfx)
+		return strings.Contains(out, " of 3 health checks in a row, the last: --health-cmd")
+	}, "inspect does not show the failing health checks")
+	sick := time.Now()
+	a.expectExit(10*time.Second, exitLost)
+	if s := a.stderr.String(); !strings.Contains(s, "health checks failed") || !strings.Contains(s, "sending SIGTERM") {
+		t.Errorf("stderr does not say the health checks failed and the command was stopped:\n%s", s)
+	}
+	b.waitFor(b.stdout, "ready\n")
+	if took := time.Since(sick); took > 30*time.Second {
+		t.Errorf("the next holder started %v after the check began to fail (--ttl 60)", took)
+	}
+	b.signal(syscall.SIGTERM)
+	b.wait(10 * time.Second)
 	etcdtest.WaitKeys(t, c, pfx, 0)
 }

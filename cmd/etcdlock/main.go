@@ -207,6 +207,7 @@ prints a script; 'etcdlock completion bash --help' says where to put it.
 		newElectCommand(conn),
 		newInspectCommand(conn),
 		newForceUnlockCommand(conn),
+		newYieldCommand(conn),
 		newDemoCommand(conn),
 		newVersionCommand(),
 	} {

@@ -26,13 +26,15 @@ type entry struct {
 	TTL         int64 // seconds left on the lease; -1 if it is gone
 	Rev         int64 // create revision: the order in the queue, and the holder's fencing token
 	Value       string
-	Meta        *meta              // nil unless the key (or, MetaInOwner, its owner record) was written by etcdlock lock or elect
-	MetaInOwner bool               // Meta is from the owner record (annotateOwner), and Value is the key's own
-	Owner       *concurrency.Owner // its session's owner record (concurrency.WithOwner); nil if none
-	Kind        string             // what kind of lock the key belongs to (concurrency.KeyKind's names)
-	Limit       int                // a semaphore's limit, from its value; 0 for other kinds
-	Weight      int                // a semaphore key's weight, from its value; 0 for other kinds
-	Holds       bool               // the key holds, by the rule of its kind (concurrency.QueueKey.Holds)
+	Meta        *meta               // nil unless the key (or, MetaInOwner, its owner record) was written by etcdlock lock or elect
+	MetaInOwner bool                // Meta is from the owner record (annotateOwner), and Value is the key's own
+	Owner       *concurrency.Owner  // its session's owner record (concurrency.WithOwner); nil if none
+	Kind        string              // what kind of lock the key belongs to (concurrency.KeyKind's names)
+	Limit       int                 // a semaphore's limit, from its value; 0 for other kinds
+	Weight      int                 // a semaphore key's weight, from its value; 0 for other kinds
+	Holds       bool                // the key holds, by the rule of its kind (concurrency.QueueKey.Holds)
+	Yield       bool                // a yield request asks this key's hold (concurrency.QueueKey.YieldRequested)
+	Health      *concurrency.Health // its session's failing health checks (concurrency.QueueKey.Health); nil if none
 }
 
 // Kinds of lock key, as concurrency.KeyKind names them.
@@ -125,6 +127,8 @@ func readQueue(ctx context.Context, cli *clientv3.Client, name string) ([]entry,
 			Limit:  k.Limit,
 			Weight: k.Weight,
 			Holds:  k.Holds,
+			Yield:  k.YieldRequested,
+			Health: k.Health,
 		})
 	}
 	readOwnerTimes(ctx, cli, q)

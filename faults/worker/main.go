@@ -60,8 +60,13 @@ func main() {
 
 // Keys of the run, under -pfx. The test reads the same names.
 func lockName(wl string) string { return *pfx + "/lock/" + wl }
-func counterKey() string        { return *pfx + "/counter" }
-func opKey(id string) string    { return *pfx + "/ops/" + id }
+
+// maxHold is the max hold of the maxhold workload's sessions: short, so
+// that many holds end by it during a run.
+const maxHold = 2 * time.Second
+
+func counterKey() string     { return *pfx + "/counter" }
+func opKey(id string) string { return *pfx + "/ops/" + id }
 
 // The cancel workload's guarded counter and its key per increment.
 func cancelCounter() string        { return *pfx + "/cancel/counter" }
@@ -207,8 +212,15 @@ func (c *client) session() *concurrency.Session {
 		// Every session records its owner, as etcdlock's do, so that the
 		// extra put (given a third of the TTL) runs under the faults too;
 		// the record must go with the lease.
-		s, err := concurrency.NewSession(c.cli, concurrency.WithTTL(*ttl), concurrency.WithContext(c.life),
-			concurrency.WithOwner(concurrency.ProcessOwner(fmt.Sprintf("faults worker %d", *proc))))
+		opts := []concurrency.SessionOption{concurrency.WithTTL(*ttl), concurrency.WithContext(c.life),
+			concurrency.WithOwner(concurrency.ProcessOwner(fmt.Sprintf("faults worker %d", *proc)))}
+		switch c.wl {
+		case "maxhold":
+			opts = append(opts, concurrency.WithMaxHold(maxHold))
+		case "yield":
+			opts = append(opts, concurrency.WithYield())
+		}
+		s, err := concurrency.NewSession(c.cli, opts...)
 		if err != nil {
 			c.rec(hc.Op{Type: hc.Fail, F: hc.FSession, Err: errText(err)})
 			sleep(c.run, 200*time.Millisecond)
@@ -259,7 +271,7 @@ func (c *client) loop() {
 			err = c.rwmutex(s)
 		case "cancel":
 			err = c.cancelled(s)
-		case "hold":
+		case "hold", "maxhold", "yield":
 			err = c.hold(s)
 		case "queue", "pqueue":
 			err = c.queue()
@@ -366,6 +378,26 @@ func (c *client) hold(s *concurrency.Session) error {
 		return err
 	}
 	t := time.NewTimer(*holdFor)
+	if c.wl == "yield" {
+		// Another client would ask; here the holder's own client does,
+		// through etcd, 0.2 s to 1 s into the hold, so that the request
+		// reaches the hold's watch under the faults.
+		yctx, ycancel := context.WithCancel(c.run)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			sleep(yctx, 200*time.Millisecond+time.Duration(rand.IntN(800))*time.Millisecond)
+			if yctx.Err() == nil {
+				ctx, cancel := context.WithTimeout(yctx, opTimeout)
+				concurrency.RequestYield(ctx, c.cli, lockName(c.wl))
+				cancel()
+			}
+		}()
+		defer func() {
+			ycancel()
+			<-done
+		}()
+	}
 	select {
 	case <-m.Ctx().Done():
 		c.rec(hc.Op{Type: hc.OK, F: hc.FHeld, Key: m.Key(), Token: token, Err: errText(context.Cause(m.Ctx()))})

@@ -1,0 +1,195 @@
+package concurrency
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// This file holds health-driven release (Consul's session health checks):
+// a session that runs a check at an interval and, after a number of
+// failures in a row, ends and revokes its lease, so that every hold on it
+// ends at once, in this process and in etcd. A stuck process stops
+// holding locks even though its keepalive goroutine is fine.
+
+// healthCheck is what WithHealthCheck configures.
+type healthCheck struct {
+	interval time.Duration
+	failures int
+	check    func(ctx context.Context) error
+}
+
+// WithHealthCheck makes the session run check every interval, each call
+// with a context that ends after interval, and end after failures checks
+// in a row failed (Consul's session health checks): a check fails when it
+// returns an error, or has not returned when its context ends (then no
+// other call starts until it returns, and each interval it is still
+// running counts as one more failure). The session then ends, with a
+// cause matching ErrUnhealthy and ErrSessionExpired (Ctx, and the Ctx of
+// every hold on it: the metrics' cause "unhealthy"), and revokes its lease
+// (within 5 s; if etcd cannot be reached, the lease expires after its
+// TTL), so that every key of the session goes at once. A check that
+// succeeds resets the count.
+//
+// check runs in a goroutine of the session and must return once its
+// context ends: Close and Orphan wait for it. The checks stop when the
+// session ends or is orphaned. An interval of zero or less, failures
+// below 1 or a nil check make NewSession return an error matching
+// ErrInvalidHealthCheck.
+func WithHealthCheck(interval time.Duration, failures int, check func(ctx context.Context) error) SessionOption {
+	return func(o *sessionOptions) { o.health = &healthCheck{interval: interval, failures: failures, check: check} }
+}
+
+// WithLeadHealthCheck gives the session of each of Lead's terms
+// WithHealthCheck: when the checks fail, the term ends (fn's context with
+// a cause matching ErrUnhealthy), the lease is revoked so that a follower
+// is elected at once, and Lead campaigns again on a new session, whose
+// checks start afresh.
+func WithLeadHealthCheck(interval time.Duration, failures int, check func(ctx context.Context) error) LeadOption {
+	return func(o *leadOptions) {
+		o.sessionOpts = append(o.sessionOpts, WithHealthCheck(interval, failures, check))
+	}
+}
+
+// valid reports bad options of hc with ErrInvalidHealthCheck.
+func (hc *healthCheck) valid() error {
+	switch {
+	case hc.interval <= 0:
+		return fmt.Errorf("%w: interval %v", ErrInvalidHealthCheck, hc.interval)
+	case hc.failures < 1:
+		return fmt.Errorf("%w: %d failures", ErrInvalidHealthCheck, hc.failures)
+	case hc.check == nil:
+		return fmt.Errorf("%w: nil check", ErrInvalidHealthCheck)
+	}
+	return nil
+}
+
+// checkHealth is the session's health goroutine (see WithHealthCheck): it
+// runs until the session ends or is orphaned, and then waits for a check
+// still running.
+func (s *Session) checkHealth(hc *healthCheck) {
+	defer s.done.Done()
+	tick := time.NewTicker(hc.interval)
+	defer tick.Stop()
+	var running chan error // the call in flight, if one outlived its context
+	defer func() {
+		if running != nil {
+			<-running
+		}
+	}()
+	failed := 0
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var err error
+		if running != nil {
+			select {
+			case <-running: // returned since; counted when it ran late
+				running = nil
+			default:
+				err = fmt.Errorf("%w: the check has still not returned, %v after the last", context.DeadlineExceeded, hc.interval)
+			}
+		}
+		if running == nil {
+			ctx, cancel := context.WithTimeout(s.ctx, hc.interval)
+			done := make(chan error, 1)
+			go func() {
+				defer cancel()
+				done <- hc.check(ctx)
+			}()
+			select {
+			case err = <-done:
+			case <-ctx.Done():
+				running = done
+				err = fmt.Errorf("%w: the check has not returned within %v", context.DeadlineExceeded, hc.interval)
+			}
+		}
+		if s.ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			if failed > 0 {
+				failed = 0
+				s.recordHealth(failed, hc.failures, nil)
+			}
+			continue
+		}
+		if failed++; failed < hc.failures {
+			s.recordHealth(failed, hc.failures, err)
+			continue
+		}
+		s.endLife(fmt.Errorf("%w: lease %x: %w: %d health checks in a row failed, the last: %w", ErrSessionExpired, int64(s.id), ErrUnhealthy, failed, err))
+		s.revoke(s.id)
+		return
+	}
+}
+
+// HealthPrefix is the prefix of the keys in which a session whose health
+// checks fail (WithHealthCheck) says so while it still lives: HealthPrefix
+// followed by its lease ID in hex, on that lease, holding a Health in
+// JSON. The key is written at each failure and deleted at the next
+// success; the lease's revoke deletes it when the session ends by its
+// checks. Inspect shows it for every key on that lease.
+const HealthPrefix = "/_concurrency/health/"
+
+// Health is the state of a session whose health checks are failing, as
+// Inspect shows it (QueueKey.Health).
+type Health struct {
+	Failures int    `json:"failures"` // failures in a row so far
+	Limit    int    `json:"limit"`    // the session ends at this many
+	Err      string `json:"error"`    // the last failure
+}
+
+// healthKey is the health record of the session on lease id.
+func healthKey(id clientv3.LeaseID) string { return HealthPrefix + strconv.FormatInt(int64(id), 16) }
+
+// recordHealth writes the health record of the session (failed > 0), or
+// deletes it (failed 0), best effort: within the session's renewal
+// timeout, its error ignored (the record only informs).
+func (s *Session) recordHealth(failed, limit int, err error) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.renewTimeout())
+	defer cancel()
+	if failed == 0 {
+		s.client.Delete(ctx, healthKey(s.id))
+		return
+	}
+	v, _ := json.Marshal(Health{Failures: failed, Limit: limit, Err: err.Error()})
+	s.client.Put(ctx, healthKey(s.id), string(v), clientv3.WithLease(s.id))
+}
+
+// readHealth sets QueueKey.Health for the keys of q whose session's checks
+// are failing, from one read of HealthPrefix. A read that fails (without
+// permission) leaves them nil; its error is returned only if ctx ended.
+func readHealth(ctx context.Context, c *clientv3.Client, q *Queue) error {
+	if len(q.Keys) == 0 {
+		return nil
+	}
+	resp, err := c.Get(ctx, HealthPrefix, clientv3.WithPrefix())
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return nil
+	}
+	byLease := make(map[clientv3.LeaseID]*Health, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		id, err := strconv.ParseInt(strings.TrimPrefix(string(kv.Key), HealthPrefix), 16, 64)
+		var h Health
+		if err != nil || kv.Lease != id || json.Unmarshal(kv.Value, &h) != nil {
+			continue // written by hand
+		}
+		byLease[clientv3.LeaseID(id)] = &h
+	}
+	for i := range q.Keys {
+		q.Keys[i].Health = byLease[q.Keys[i].Lease]
+	}
+	return nil
+}

@@ -1,0 +1,207 @@
+package concurrency
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// This file holds lock-delay (Consul's lock-delay, Chubby's): a Mutex on a
+// session WithLockDelay that is granted the lock after a hold that ended
+// by loss rather than by its holder's release waits d before Lock
+// returns. etcd keeps no record of why a key was deleted, so the holders
+// keep one: one key per lock name (see lockDelayKey), on no lease (it must
+// outlive a holder whose lease expired). A
+// holder with lock-delay writes its token there when it is granted, and
+// "released" and its token in the same transaction as its release's
+// delete. So the next holder with lock-delay, which reads the record and
+// writes its own in one transaction, tells:
+//
+//   - the token of another hold, not marked released: that hold ended
+//     without its release (lease expired or revoked, key deleted by
+//     someone else, process gone): a loss, so it waits;
+//   - "released" and a token: that hold was released; it waits anyway if
+//     it queued behind a key newer than that hold (see delayGrant), whose
+//     end nobody recorded: a holder of etcd's package, `etcdctl lock`, or a
+//     session without lock-delay, which it cannot tell from a loss;
+//   - no record: no holder with lock-delay has held the name; it waits if
+//     it queued behind any key, for the same reason.
+//
+// A grant that finds a loss starts the delay in etcd: a key (see delayKey)
+// on a lease granted for d, so that etcd's clock ends it and every grant
+// with lock-delay in the meantime, Lock or TryLock, of any process, sees
+// it and waits (or misses) until it is gone.
+
+// LockDelayPrefix is the prefix of the keys in which the holders of a
+// Mutex on a session WithLockDelay record how the last hold of its name
+// ended, LockDelayPrefix, "last" and the name's prefix (the name and "/"),
+// and the key that exists while the name is in a lock-delay,
+// LockDelayPrefix, "delay" and the name's prefix, on a lease that etcd
+// expires when the delay is over. The first is on no lease, so that it
+// outlives a holder that crashed; one is left per name used with
+// lock-delay.
+const LockDelayPrefix = "/_concurrency/lockdelay/"
+
+// lockDelayKey is the lock-delay record of the lock whose keys are under
+// pfx.
+func lockDelayKey(pfx string) string { return LockDelayPrefix + "last" + pfx }
+
+// delayKey is the key that exists while the lock whose keys are under pfx
+// is in a lock-delay, on a lease of its own that etcd expires after it.
+func delayKey(pfx string) string { return LockDelayPrefix + "delay" + pfx }
+
+// releasedMark is the value of a lock-delay record after the release of
+// the hold with token rev.
+func releasedMark(rev int64) string { return "released " + strconv.FormatInt(rev, 10) }
+
+// behindUnknown is what a grant queued behind when it cannot tell: as if
+// behind a key newer than any record.
+const behindUnknown = math.MaxInt64
+
+// markReleased is what a release of h adds to its delete: the mark in the
+// name's lock-delay record, if h wrote it and it still names h.
+func (h *hold) markReleased() []clientv3.Op {
+	if h.delayed == "" {
+		return nil
+	}
+	tok := strconv.FormatInt(h.rev, 10)
+	return []clientv3.Op{clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(h.delayed), "=", tok)},
+		[]clientv3.Op{clientv3.OpPut(h.delayed, releasedMark(h.rev))}, nil)}
+}
+
+// delayGrant writes h's token into the lock-delay record of the lock under
+// pfx, in one transaction with a read of the record before it and of the
+// name's delay key. If the hold before h may have ended by loss (see
+// mustDelay) and no delay runs, it starts one: the delay key, on a lease
+// of its own granted for d and never renewed, so that etcd's clock, not
+// this host's, ends it. While a delay runs, a Lock (wait) waits for the
+// delay key to go, until ctx or the session ends (their error is
+// returned), and a TryLock returns ErrLocked. behind is the create
+// revision of the newest key older than h's when h queued (0: none, h
+// held at once). On error the caller releases h, which marks the record
+// released if h wrote it: the delay key carries the delay on.
+func (h *hold) delayGrant(ctx context.Context, pfx string, behind int64, d time.Duration, wait bool) error {
+	s, rec, dk := h.s, lockDelayKey(pfx), delayKey(pfx)
+	resp, tries, err := h.ifHeld(ctx, "its lock-delay was read", clientv3.OpGet(rec), clientv3.OpGet(dk), clientv3.OpPut(rec, strconv.FormatInt(h.rev, 10)))
+	if err != nil {
+		return err
+	}
+	h.delayed = rec
+	seen := resp.Header.Revision
+	delay := resp.Responses[1].GetResponseRange().Kvs
+	// A retried write may read its own first attempt: the record before
+	// it is unknown then, and counts as a loss.
+	if len(delay) == 0 && (tries > 1 || mustDelay(resp.Responses[0].GetResponseRange().Kvs, h.rev, behind)) {
+		kv, rev, err := startDelay(ctx, s, dk, d)
+		if err != nil {
+			return err
+		}
+		delay, seen = kv, rev
+	}
+	if len(delay) == 0 {
+		return nil
+	}
+	if !wait {
+		return fmt.Errorf("%w: the lock is in its lock-delay after a loss", ErrLocked)
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(s.life, func() { cancel(context.Cause(s.life)) })()
+	var b backoff
+	for {
+		err := waitDelete(wctx, s, target{key: dk, create: delay[0].CreateRevision}, seen, &b)
+		switch {
+		case err == nil && wctx.Err() == nil:
+			// The key held all along, unless it was lost meanwhile.
+			resp, err := s.get(wctx, h.key)
+			if err == nil && (len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev) {
+				s.check()
+				return fmt.Errorf("%w: key %q was deleted during its lock-delay", ErrSessionExpired, h.key)
+			}
+			if err == nil || wctx.Err() == nil {
+				return err
+			}
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case wctx.Err() != nil:
+			return context.Cause(wctx)
+		}
+		b.sleep(wctx) // refused (permission): try again
+	}
+}
+
+// startDelay starts a lock-delay of d: the delay key dk on a lease of its
+// own, granted for d rounded up to whole seconds. If a delay key is there
+// already (another grant started one), that one is kept. It returns the
+// delay key as written or found, and the revision of the write.
+func startDelay(ctx context.Context, s *Session, dk string, d time.Duration) ([]*mvccpb.KeyValue, int64, error) {
+	lease, err := s.grantFor(ctx, d)
+	if err != nil {
+		return nil, 0, err
+	}
+	var resp *clientv3.TxnResponse
+	err = s.ask(ctx, func(ctx context.Context) (err error) {
+		resp, err = s.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(dk), "=", 0)).
+			Then(clientv3.OpPut(dk, "", clientv3.WithLease(lease)), clientv3.OpGet(dk)).
+			Else(clientv3.OpGet(dk)).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	rs := resp.Responses[len(resp.Responses)-1].GetResponseRange()
+	return rs.Kvs, resp.Header.Revision, nil
+}
+
+// mustDelay reports whether a grant of the key created at rev that read
+// the lock-delay record kvs, and queued behind a key created at behind (0:
+// none), must wait: unless the last hold recorded was released, or is
+// this very key's (another Mutex of the session shares it), and no
+// unrecorded key can have held between it and the grant.
+func mustDelay(kvs []*mvccpb.KeyValue, rev, behind int64) bool {
+	if len(kvs) == 0 {
+		return behind > 0
+	}
+	v, ok := strings.CutPrefix(string(kvs[0].Value), "released ")
+	if !ok {
+		// The last recorded hold was not released: lost, unless it is
+		// this key's own.
+		return string(kvs[0].Value) != strconv.FormatInt(rev, 10)
+	}
+	tok, err := strconv.ParseInt(v, 10, 64)
+	return err != nil || behind > tok
+}
+
+// WithLockDelay makes a Mutex on the session wait d before Lock returns
+// when the hold before it may have ended by loss rather than by release
+// (Consul's lock-delay, 15 s by default there; Chubby's lock-delay): the
+// protection for a resource that cannot check a fencing token, so that
+// the writes of a holder that lost its lock without knowing (a pause, a
+// partition) have time to end before the next holder begins. Releases of
+// such a Mutex (Unlock, Do) mark the name's record (see LockDelayPrefix)
+// in the same transaction as their delete, so the next holder is granted
+// at once after them. A hold before it that ended otherwise (its lease
+// expired or revoked, its key deleted by someone else, Session.Close
+// without Unlock) or that was not recorded (etcd's package, `etcdctl
+// lock`, a session without WithLockDelay) counts as a loss: the grant
+// waits. The wait begins when the grant is decided, not at the loss,
+// which nobody saw: it is at least d after it. While it waits, the key
+// holds in etcd, so nobody else is granted; ctx ending or the session
+// ending releases it, and Lock returns their error.
+//
+// It costs one transaction per grant, and one small key per lock name
+// that stays. It applies to Mutex (Lock, TryLock, Do, LockAll); the other
+// primitives ignore it. The default, 0, is off; d < 0 makes NewSession
+// return an error matching ErrInvalidLockDelay.
+func WithLockDelay(d time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.lockDelay = d }
+}

@@ -1,0 +1,304 @@
+package concurrency_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency"
+	"github.com/seed-a9d410c6/concurrency/internal/etcdproc"
+	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+)
+
+// These tests cover WithHealthCheck: a session whose checks fail a number
+// of times in a row ends and revokes its lease, so every hold on it ends.
+
+// healthInterval is the check interval of these tests.
+const healthInterval = 100 * time.Millisecond
+
+// scripted is a health check whose results the test gives one at a time:
+// each call says that it began (called), then takes its result from
+// results, or passes if none comes in time (the test was busy: setting up
+// takes longer than an interval on a loaded machine). So the test knows
+// how many calls were made, and that each earlier one was counted (the
+// next begins only after).
+type scripted struct{ began, results chan error }
+
+func newScripted() *scripted { return &scripted{began: make(chan error), results: make(chan error)} }
+
+func (s *scripted) check(ctx context.Context) error {
+	// Return just before the context ends, so that the pass counts.
+	d, _ := ctx.Deadline()
+	wait, cancel := context.WithDeadline(ctx, d.Add(-200*time.Millisecond))
+	defer cancel()
+	select {
+	case s.began <- nil:
+	case <-wait.Done():
+		return nil
+	}
+	select {
+	case err := <-s.results:
+		return err
+	case <-wait.Done():
+		return nil
+	}
+}
+
+// called waits for the next call to begin, or fails the test if none
+// does within 10 s.
+func (s *scripted) called(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.began:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no health check called within 10 s")
+	}
+}
+
+// next waits for the next call and hands it its result.
+func (s *scripted) next(t *testing.T, err error) {
+	t.Helper()
+	s.called(t)
+	s.results <- err
+}
+
+var errSick = errors.New("sick")
+
+// Failures in a row up to the limit end the session: every hold on it
+// ends with ErrUnhealthy, the lease is revoked so that a waiter elsewhere
+// is granted at once, and the metrics count the holds as "unhealthy". A
+// success in between resets the count.
+func TestHealthFailuresEndSession(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	metrics, reg := newMetrics(t)
+	h := newScripted()
+	// Two seconds per check: time enough to look at etcd while a call
+	// waits for its result.
+	s := newSession(t, c, concurrency.WithMetrics(metrics), concurrency.WithHealthCheck(2*time.Second, 3, h.check))
+	m := concurrency.NewMutex(s, pfx+"/m")
+	if err := m.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	sem := concurrency.NewSemaphore(s, pfx+"/s", 2)
+	if err := sem.Acquire(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	mctx, sctx := m.Ctx(), sem.Ctx()
+	ws := newSession(t, sharedClient(t))
+	wm := concurrency.NewMutex(ws, pfx+"/m")
+	errc := async(t, func() error { return wm.Lock(t.Context()) })
+	etcdtest.WaitKeys(t, c, pfx+"/m", 2)
+
+	// Two failures, a success, then failures: the success resets the
+	// count. Inspect shows the failures while they last.
+	health := func() *concurrency.Health {
+		q, err := concurrency.Inspect(t.Context(), c, pfx+"/m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q.Keys[0].Health
+	}
+	h.next(t, errSick)
+	h.next(t, errSick)
+	h.called(t) // the second failure was counted; this call waits
+	var hl *concurrency.Health
+	etcdtest.Eventually(t, time.Second, func() bool {
+		hl = health()
+		return hl != nil && hl.Failures == 2 && hl.Limit == 3 && hl.Err == errSick.Error()
+	}, "Inspect shows health %+v, want 2 failures of 3: sick", hl)
+	h.results <- nil
+	h.next(t, errSick)
+	h.next(t, errSick)
+	h.called(t)
+	if s.Ctx().Err() != nil || mctx.Err() != nil {
+		t.Fatalf("session ended without three failures in a row: %v", context.Cause(s.Ctx()))
+	}
+	etcdtest.Eventually(t, time.Second, func() bool {
+		hl = health()
+		return hl != nil && hl.Failures == 2
+	}, "Inspect shows health %+v after a success and two failures, want 2 failures", hl)
+	h.results <- errSick
+	ended := time.Now()
+	select {
+	case <-mctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("hold alive 5 s after the third failure in a row")
+	}
+	for _, hctx := range []context.Context{mctx, sctx, s.Ctx()} {
+		cause := context.Cause(hctx)
+		if !errors.Is(cause, concurrency.ErrUnhealthy) || !errors.Is(cause, concurrency.ErrSessionExpired) || !errors.Is(cause, errSick) {
+			t.Fatalf("cause = %v, want ErrUnhealthy, ErrSessionExpired and the check's error", cause)
+		}
+	}
+	if err := within(t, 10*time.Second, errc, "waiter"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("waiter granted %v after the third failure", time.Since(ended))
+	r, err := c.TimeToLive(t.Context(), s.Lease())
+	if err != nil || r.TTL != -1 {
+		t.Fatalf("the unhealthy session's lease: %v %v, want it revoked", r, err)
+	}
+	eventually(t, reg, "concurrency_lock_holds_ended_total", map[string]string{"kind": "mutex", "cause": "unhealthy"}, func(v float64) bool { return v == 1 })
+	eventually(t, reg, "concurrency_lock_holds_ended_total", map[string]string{"kind": "semaphore", "cause": "unhealthy"}, func(v float64) bool { return v == 1 })
+	if err := wm.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A stuck process: the check does not return, even past its context. Each
+// interval it is still running counts as a failure, so the session ends
+// all the same; Close then waits for the check.
+func TestHealthStuckCheck(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	release := make(chan struct{})
+	stuck := func(context.Context) error { <-release; return nil }
+	s, err := concurrency.NewSession(c, concurrency.WithHealthCheck(healthInterval, 3, stuck))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := concurrency.NewMutex(s, pfx)
+	if err := m.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	hctx := m.Ctx()
+	select {
+	case <-hctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("hold alive 10 s after its health check got stuck")
+	}
+	if cause := context.Cause(hctx); !errors.Is(cause, concurrency.ErrUnhealthy) || !errors.Is(cause, context.DeadlineExceeded) {
+		t.Fatalf("cause = %v, want ErrUnhealthy and DeadlineExceeded", cause)
+	}
+	etcdtest.WaitKeys(t, c, pfx, 0)
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while the check still ran", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+// The fault: the holder's only connection goes silent and the check fails
+// with it (a check that needs etcd, or a process cut off). The session
+// ends by its checks, before its conservative deadline; the revoke cannot
+// reach etcd, so the lease expires after its TTL and a waiter elsewhere
+// is granted then.
+func TestHealthCutOffHolder(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	p, err := etcdproc.NewProxy(etcdtest.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	hc := etcdtest.NewClient(t, []string{p.URL()})
+	check := func(ctx context.Context) error {
+		_, err := hc.Get(ctx, "health-probe", clientv3.WithSerializable())
+		return err
+	}
+	hs := newSession(t, hc, concurrency.WithTTL(5), concurrency.WithHealthCheck(300*time.Millisecond, 2, check))
+	t.Cleanup(p.Heal) // before the session's Close
+	m := concurrency.NewMutex(hs, pfx)
+	if err := m.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	hctx := m.Ctx()
+	wm := concurrency.NewMutex(newSession(t, c), pfx)
+	errc := async(t, func() error { return wm.Lock(t.Context()) })
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	p.Blackhole()
+	cut := time.Now()
+	select {
+	case <-hctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("hold alive 10 s after the cut")
+	}
+	if cause := context.Cause(hctx); !errors.Is(cause, concurrency.ErrUnhealthy) {
+		t.Fatalf("cause = %v, want ErrUnhealthy (the checks end the session before its deadline)", cause)
+	}
+	t.Logf("hold ended %v after the cut", time.Since(cut))
+	if err := within(t, 20*time.Second, errc, "waiter"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("waiter granted %v after the cut (TTL 5 s)", time.Since(cut))
+	if err := wm.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Lead with WithLeadHealthCheck: failing checks end the term, the
+// follower is elected at once, and the first Lead campaigns again.
+func TestHealthLead(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	var sick atomic.Bool
+	check := func(context.Context) error {
+		if sick.Load() {
+			return errSick
+		}
+		return nil
+	}
+	started := make(chan *term, 4)
+	cancelA, errA := goLead(t, c, pfx, "a", blockUntilDone("a", started), concurrency.WithLeadTTL(10),
+		concurrency.WithLeadHealthCheck(time.Second, 2, check))
+	a := nextTerm(t, started, 10*time.Second, "first Lead")
+	cancelB, errB := goLead(t, c, pfx, "b", blockUntilDone("b", started), concurrency.WithLeadTTL(10))
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	sick.Store(true)
+	b := nextTerm(t, started, 10*time.Second, "second Lead after the failed checks")
+	sick.Store(false) // the next term's session is checked afresh
+	if b.val != "b" {
+		t.Fatalf("%q leads after the failed checks, want b", b.val)
+	}
+	if cause := context.Cause(a.ctx); !errors.Is(cause, concurrency.ErrUnhealthy) {
+		t.Fatalf("first term's cause = %v, want ErrUnhealthy", cause)
+	}
+	// Lead campaigns again, on a new session whose checks run afresh.
+	etcdtest.Eventually(t, 10*time.Second, func() bool {
+		kvs := etcdtest.Keys(t, c, pfx)
+		return len(kvs) == 2 && string(kvs[1].Value) == "a"
+	}, "first Lead campaigning again")
+	cancelB()
+	if err := within(t, 5*time.Second, errB, "second Lead"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("second Lead = %v", err)
+	}
+	if a2 := nextTerm(t, started, 10*time.Second, "first Lead's second term"); a2.val != "a" {
+		t.Fatalf("second term %q, want a", a2.val)
+	}
+	cancelA()
+	if err := within(t, 5*time.Second, errA, "first Lead"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("first Lead = %v", err)
+	}
+}
+
+// Bad options are refused before a lease is granted.
+func TestHealthInvalid(t *testing.T) {
+	etcdtest.Begin(t)
+	c := sharedClient(t)
+	ok := func(context.Context) error { return nil }
+	for _, opt := range []concurrency.SessionOption{
+		concurrency.WithHealthCheck(0, 3, ok),
+		concurrency.WithHealthCheck(-time.Second, 3, ok),
+		concurrency.WithHealthCheck(time.Second, 0, ok),
+		concurrency.WithHealthCheck(time.Second, 3, nil),
+	} {
+		s, err := concurrency.NewSession(c, opt)
+		if !errors.Is(err, concurrency.ErrInvalidHealthCheck) {
+			if s != nil {
+				s.Close()
+			}
+			t.Fatalf("NewSession = %v, want ErrInvalidHealthCheck", err)
+		}
+	}
+}
