@@ -6,6 +6,7 @@ import (
 	"math"
 	"regexp"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -56,6 +57,11 @@ type Queue struct {
 	Name     string     // the lock name, as given to Inspect
 	Revision int64      // etcd's revision at the read of the keys
 	Keys     []QueueKey // every key under the name, in queue order (oldest first)
+	// LockDelay is what is left of a lock-delay running on the name (see
+	// WithLockDelay), in whole seconds as etcd reports its lease's time to
+	// live, or 0 if none runs: until it ends, no Mutex with lock-delay is
+	// granted the name.
+	LockDelay time.Duration
 }
 
 // QueueKey is one key of a lock name's queue.
@@ -181,6 +187,9 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 			ttls[k.Lease] = -1
 		}
 		q.Keys = append(q.Keys, k)
+	}
+	if q.LockDelay, err = lockDelayLeft(ctx, c, pfx); err != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: lock-delay: %w", name, err)
 	}
 	ids := make([]clientv3.LeaseID, 0, len(ttls))
 	for id := range ttls {

@@ -56,6 +56,21 @@ func lockDelayKey(pfx string) string { return LockDelayPrefix + "last" + pfx }
 // is in a lock-delay, on a lease of its own that etcd expires after it.
 func delayKey(pfx string) string { return LockDelayPrefix + "delay" + pfx }
 
+// lockDelayLeft is what is left of a lock-delay running on the lock whose
+// keys are under pfx: its delay key's lease's time to live, or 0 if there
+// is no delay key (or its lease is gone).
+func lockDelayLeft(ctx context.Context, c *clientv3.Client, pfx string) (time.Duration, error) {
+	resp, err := c.Get(ctx, delayKey(pfx))
+	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
+		return 0, err
+	}
+	ttl, err := c.TimeToLive(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	if err != nil || ttl.TTL <= 0 {
+		return 0, err
+	}
+	return time.Duration(ttl.TTL) * time.Second, nil
+}
+
 // releasedMark is the value of a lock-delay record after the release of
 // the hold with token rev.
 func releasedMark(rev int64) string { return "released " + strconv.FormatInt(rev, 10) }

@@ -80,6 +80,12 @@ func TestLockDelayAfterLoss(t *testing.T) {
 			if err := concurrency.NewMutex(ts, pfx).TryLock(t.Context()); !errors.Is(err, concurrency.ErrLocked) {
 				t.Fatalf("TryLock during the delay = %v, want ErrLocked", err)
 			}
+			// Inspect shows the delay and what is left of it.
+			if q, err := concurrency.Inspect(t.Context(), c, pfx); err != nil {
+				t.Fatal(err)
+			} else if q.LockDelay <= 0 || q.LockDelay > lockDelay {
+				t.Fatalf("Inspect during the delay: LockDelay %v, want in (0, %v]", q.LockDelay, lockDelay)
+			}
 
 			if err := within(t, 15*time.Second, errc, "waiter"); err != nil {
 				t.Fatal(err)
@@ -91,6 +97,11 @@ func TestLockDelayAfterLoss(t *testing.T) {
 			}
 			if delayRunning(t, c, pfx) {
 				t.Fatal("the delay key is still there after the grant")
+			}
+			if q, err := concurrency.Inspect(t.Context(), c, pfx); err != nil {
+				t.Fatal(err)
+			} else if q.LockDelay != 0 {
+				t.Fatalf("Inspect after the delay: LockDelay %v, want 0", q.LockDelay)
 			}
 			if err := hm.Unlock(t.Context()); err != nil {
 				t.Fatal(err)

@@ -97,6 +97,9 @@ type lockState struct {
 	Holder   *entryState   `json:"holder"`
 	Holders  []*entryState `json:"holders"`
 	Waiters  []*entryState `json:"waiters"`
+	// LockDelay is what is left of a lock-delay on the name, in seconds
+	// (concurrency.Queue.LockDelay); absent when none runs.
+	LockDelay *float64 `json:"lock_delay_seconds,omitempty"`
 }
 
 type entryState struct {
@@ -125,12 +128,15 @@ type entryState struct {
 func inspect(ctx context.Context, conn *connFlags, cli *clientv3.Client, name string) (*lockState, error) {
 	rctx, cancel := conn.requestCtx(ctx)
 	defer cancel()
-	q, rev, err := readQueue(rctx, cli, name)
+	q, iq, err := readQueue(rctx, cli, name)
 	if err != nil {
 		return nil, fmt.Errorf("reading lock %q: %w", name, err)
 	}
 	now := time.Now()
-	st := &lockState{Name: name, Prefix: lockPrefix(name), Revision: rev, Kind: queueKind(q), Holders: []*entryState{}, Waiters: []*entryState{}}
+	st := &lockState{Name: name, Prefix: lockPrefix(name), Revision: iq.Revision, Kind: queueKind(q), Holders: []*entryState{}, Waiters: []*entryState{}}
+	if iq.LockDelay > 0 {
+		st.LockDelay = seconds(iq.LockDelay)
+	}
 	for _, e := range q {
 		es := &entryState{Key: e.Key, Kind: e.Kind, Limit: e.Limit, Weight: e.Weight, Holds: e.Holds, Lease: fmt.Sprintf("%x", int64(e.Lease)), TTL: e.TTL, CreateRevision: e.Rev, YieldRequested: e.Yield, Health: e.Health}
 		if m := e.Meta; m != nil {
@@ -169,6 +175,9 @@ func seconds(d time.Duration) *float64 {
 }
 
 func (st *lockState) print(w io.Writer) {
+	if st.LockDelay != nil {
+		fmt.Fprintf(w, "lock %q is in a lock-delay after a lost hold: no holder with --lock-delay is granted it for %s more\n", st.Name, age(st.LockDelay))
+	}
 	switch {
 	case st.Holder == nil && len(st.Waiters) == 0:
 		fmt.Fprintf(w, "lock %q is free (revision %d)\n", st.Name, st.Revision)

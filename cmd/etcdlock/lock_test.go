@@ -423,9 +423,9 @@ func TestYieldCommand(t *testing.T) {
 func TestLockDelayCommand(t *testing.T) {
 	pfx := begin(t)
 	c := sharedClient(t)
-	a := start(t, nil, "lock", "--lock-delay", "3", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	a := start(t, nil, "lock", "--lock-delay", "6", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
 	a.waitFor(a.stdout, "ready\n")
-	b := start(t, nil, "lock", "--lock-delay", "3", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
+	b := start(t, nil, "lock", "--lock-delay", "6", pfx, "--", "sh", "-c", "echo ready; exec sleep 30")
 	kvs := etcdtest.WaitKeys(t, c, pfx, 2)
 	if _, err := c.Revoke(t.Context(), clientv3.LeaseID(kvs[0].Lease)); err != nil {
 		t.Fatal(err)
@@ -433,10 +433,14 @@ func TestLockDelayCommand(t *testing.T) {
 	lost := time.Now()
 	a.expectExit(10*time.Second, exitLost)
 	etcdtest.WaitKeys(t, c, pfx, 1)
-	expectRun(t, 10*time.Second, 123, nil, []string{"lock", "--try", "--lock-delay", "3", pfx, "--", "true"})
+	// inspect shows the delay (6 s: time for this and the --try below).
+	if _, out, _ := runEtcdlock(t, 10*time.Second, nil, "inspect", pfx); !strings.Contains(out, "is in a lock-delay after a lost hold") {
+		t.Errorf("inspect during the lock-delay does not show it:\n%s", out)
+	}
+	expectRun(t, 10*time.Second, 123, nil, []string{"lock", "--try", "--lock-delay", "6", pfx, "--", "true"})
 	b.waitFor(b.stdout, "ready\n")
-	if took := time.Since(lost); took < 3*time.Second {
-		t.Fatalf("the next command started %v after the loss, before --lock-delay 3", took)
+	if took := time.Since(lost); took < 6*time.Second {
+		t.Fatalf("the next command started %v after the loss, before --lock-delay 6", took)
 	}
 	b.signal(syscall.SIGTERM)
 	b.wait(10 * time.Second)

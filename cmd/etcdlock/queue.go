@@ -108,10 +108,10 @@ func parseMeta(v []byte) *meta {
 // and the revision they were read at, each with its kind, whether it
 // holds, and its lease's TTL left (concurrency.Inspect), and what etcdlock
 // wrote into the key or its owner record.
-func readQueue(ctx context.Context, cli *clientv3.Client, name string) ([]entry, int64, error) {
+func readQueue(ctx context.Context, cli *clientv3.Client, name string) ([]entry, *concurrency.Queue, error) {
 	iq, err := concurrency.Inspect(ctx, cli, name)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	q := make([]entry, 0, len(iq.Keys))
 	for _, k := range iq.Keys {
@@ -132,7 +132,7 @@ func readQueue(ctx context.Context, cli *clientv3.Client, name string) ([]entry,
 		})
 	}
 	readOwnerTimes(ctx, cli, q)
-	return q, iq.Revision, nil
+	return q, iq, nil
 }
 
 // ownerTimes is an owner record (concurrency.WithOwner) with the times of
