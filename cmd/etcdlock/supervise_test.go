@@ -215,8 +215,11 @@ func testLostUnreachable(t *testing.T, pfx string, args []string) {
 	p.expectExit(15*time.Second, exitLost)
 	t.Logf("etcd cut off: command stopped after %v, etcdlock exited %v after that",
 		gone.Sub(cut).Round(time.Millisecond), p.exited.Sub(gone).Round(time.Millisecond))
-	if after := p.exited.Sub(gone); after > 2*time.Second {
-		t.Errorf("etcdlock exited %v after its command was stopped, want at most 2s (--command-timeout is 5s)", after)
+	// About 1 s on an idle machine (the bounded clean-up); 2.004 s was seen
+	// with the 2 cores kept busy by a CPU hog. What must not happen is
+	// waiting for --command-timeout (5 s).
+	if after := p.exited.Sub(gone); after > 4*time.Second {
+		t.Errorf("etcdlock exited %v after its command was stopped, want at most 4s (--command-timeout is 5s)", after)
 	}
 	// The lease was not renewed: etcd expires it and the key with it.
 	etcdtest.WaitKeys(t, c, pfx, 0)
