@@ -309,7 +309,7 @@ func (h *hold) release(ctx context.Context) (ended bool, err error) {
 	h.unpromote()
 	var deleted, unsure bool
 	err = retry(ctx, func() (err error) {
-		deleted, err = h.s.deleteRev(ctx, h.key, h.rev, h.markReleased()...)
+		deleted, err = h.s.deleteRev(ctx, h.key, h.rev, append(h.markReleased(), h.unasked()...)...)
 		unsure = unsure || err != nil
 		return err
 	})

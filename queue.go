@@ -190,12 +190,13 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 // wait's own cancellation by the session's end comes a goroutine later;
 // this check does not wait for it. A Semaphore's hold whose key existed
 // before the read that granted it (waited, or adopted) tells the waiter
-// behind it (see promote), without delaying the grant. With a max hold
-// (WithMaxHold), the key is first moved to a lease of its own (see
-// hold.bound); with a lock-delay (WithLockDelay), a Mutex's grant may wait
-// for one (see hold.delayGrant), or with !wait miss (ErrLocked); behind is
-// the create revision of the newest key older than key when it queued (0:
-// none). If either fails, the key is deleted and the error returned.
+// behind it (see promote), without delaying the grant. With a lock-delay
+// (WithLockDelay), a Mutex's grant may first wait for one (see
+// hold.delayGrant), or with !wait miss (ErrLocked); behind is the create
+// revision of the newest key older than key when it queued (0: none).
+// With a max hold (WithMaxHold), the key is then moved to a lease of its
+// own (see hold.bound), so that the max hold begins after the delay. If
+// either fails, the key is deleted and the error returned.
 func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr *pb.ResponseHeader, existed, wait bool, behind int64) (*hold, *pb.ResponseHeader, error) {
 	err := ctx.Err()
 	if s.life.Err() != nil {
@@ -206,38 +207,44 @@ func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr
 		return nil, nil, err
 	}
 	h := newHold(s, key, rev, hdr.Revision)
-	if d := s.opts.maxHold; d > 0 {
-		if err := h.bound(ctx, d); err != nil {
-			h.end(err) // revokes the hold's own lease, if granted
-			s.unuse(ctx, key, rev, deleteNow)
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			return nil, nil, err
-		}
-	}
+	// The lock-delay comes first: while it runs the key stays on the
+	// session's lease, so that a max hold shorter than the delay cannot
+	// remove it (and let a waiter of etcd's package in) within the delay.
 	if d := s.opts.lockDelay; d > 0 && r.kind == kindMutex {
 		if err := h.delayGrant(ctx, r.pfx, behind, d, wait); err != nil {
-			// Released, and marked so: the delay key carries the delay.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			ended, rerr := h.release(rctx)
-			cancel()
-			then := keep
-			if !ended || rerr != nil {
-				h.end(err)
-				then = deleteNow
-			}
-			s.unuse(ctx, key, rev, then)
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			return nil, nil, err
+			return nil, nil, abandon(ctx, s, h, err)
+		}
+	}
+	if d := s.opts.maxHold; d > 0 {
+		if err := h.bound(ctx, d); err != nil {
+			return nil, nil, abandon(ctx, s, h, err)
 		}
 	}
 	if existed && (r.limit > 1 || r.weigh != nil) {
 		h.promote()
 	}
 	return h, hdr, nil
+}
+
+// abandon gives up the hold h that granted could not complete with err:
+// it releases h (which marks a lock-delay record it wrote, and revokes a
+// max hold's lease), or, if that fails, ends it and has the session
+// delete its key. It returns the error for the caller: ctx's, if ctx
+// ended.
+func abandon(ctx context.Context, s *Session, h *hold, err error) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	ended, rerr := h.release(rctx)
+	cancel()
+	then := keep
+	if !ended || rerr != nil {
+		h.end(err)
+		then = deleteNow
+	}
+	s.unuse(ctx, h.key, h.rev, then)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
 // queued is where enqueue left a key in its queue.

@@ -841,6 +841,9 @@ func WithContext(ctx context.Context) SessionOption {
 // of d (a second at most), and its lease is then revoked, which deletes
 // the key. Each hold costs one more LeaseGrant and one more write before
 // Lock returns, and one LeaseRevoke, in the background, when it ends.
+// With WithLockDelay, a Mutex's max hold begins once its lock-delay is
+// over: during the delay its key stays on the session's lease, so that
+// nobody else is granted within the delay.
 //
 // The default, 0, bounds nothing: a hold lasts as long as its session. A d
 // under a second makes NewSession return an error matching

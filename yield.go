@@ -152,11 +152,28 @@ func (h *hold) waitYield(ctx context.Context, key string, b *backoff) (bool, err
 	return asked, err
 }
 
+// unasked is what a release of h adds to its delete on a session
+// WithYield: the deletion of the yield request that asks h, if there is
+// one, so that a session that holds many names in turn does not keep one
+// request per name until it ends.
+func (h *hold) unasked() []clientv3.Op {
+	if !h.s.opts.yield {
+		return nil
+	}
+	yk := yieldKey(h.key)
+	return []clientv3.Op{clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(yk), "=", strconv.FormatInt(h.rev, 10))},
+		[]clientv3.Op{clientv3.OpDelete(yk)}, nil)}
+}
+
 // WithYield makes every hold taken on the session (Mutex, Semaphore,
 // RWMutex, Campaign) let go when RequestYield asks it to: its Ctx is
 // cancelled with cause ErrYieldRequested, and the holder then releases it
 // as after a loss (Do does). The key stays until the holder releases it,
-// or its session ends. A hold watches for requests only once its Ctx was
+// or its session ends; the release (Unlock, Resign, Release, Do) deletes
+// the request in the same transaction as the key. A request for a hold
+// that ended otherwise stays on its lease until the session ends. A hold
+// watches for requests only once its Ctx was
 // asked for, as it watches its key: one more watch per hold, on the same
 // stream. The default is off: requests are ignored.
 func WithYield() SessionOption {

@@ -101,8 +101,8 @@ func TestYieldMutex(t *testing.T) {
 	if m.Key() != key || m.Token() <= tok {
 		t.Fatalf("second hold %s token %d, want %s with a token above %d", m.Key(), m.Token(), key, tok)
 	}
-	if resp, err := c.Get(t.Context(), concurrency.YieldPrefix+key); err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("the first request's key: %v %v, want it still on the session's lease", resp, err)
+	if resp, err := c.Get(t.Context(), concurrency.YieldPrefix+key); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the first request's key: %v %v, want it deleted by Do's release", resp, err)
 	}
 	h2 := m.Ctx()
 	if yieldRequested(t, c, pfx, key) {
