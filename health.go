@@ -36,8 +36,11 @@ type healthCheck struct {
 // TTL), so that every key of the session goes at once. A check that
 // succeeds resets the count.
 //
-// check runs in a goroutine of the session and must return once its
-// context ends: Close and Orphan wait for it. The checks stop when the
+// check runs in a goroutine of the session and should return once its
+// context ends: Close and Orphan wait for it, but for at most
+// healthCloseWait (1 s), since a check stuck for good is what the option
+// is for; one that ignores its context is left running in its goroutine,
+// which ends when it returns. The checks stop when the
 // session ends or is orphaned. An interval of zero or less, failures
 // below 1 or a nil check make NewSession return an error matching
 // ErrInvalidHealthCheck.
@@ -69,9 +72,13 @@ func (hc *healthCheck) valid() error {
 	return nil
 }
 
+// healthCloseWait bounds how long the end of a session waits for a health
+// check still running (see WithHealthCheck).
+const healthCloseWait = time.Second
+
 // checkHealth is the session's health goroutine (see WithHealthCheck): it
 // runs until the session ends or is orphaned, and then waits for a check
-// still running.
+// still running, healthCloseWait at most.
 func (s *Session) checkHealth(hc *healthCheck) {
 	defer s.done.Done()
 	tick := time.NewTicker(hc.interval)
@@ -79,7 +86,12 @@ func (s *Session) checkHealth(hc *healthCheck) {
 	var running chan error // the call in flight, if one outlived its context
 	defer func() {
 		if running != nil {
-			<-running
+			wait := time.NewTimer(healthCloseWait)
+			defer wait.Stop()
+			select {
+			case <-running:
+			case <-wait.C: // its goroutine ends when it returns (done is buffered)
+			}
 		}
 	}()
 	failed := 0
