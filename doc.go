@@ -281,9 +281,9 @@
 //   - When etcd cannot be reached, the revoke fails and the lease expires
 //     after its TTL, as after a crash: the session ends here at once, but
 //     others get the lock only then.
-//   - check must return once its context ends: the session waits for it
-//     at Close. A check that never returns is counted as failing, once
-//     per interval, but its goroutine stays until it does.
+//   - check should return once its context ends: Close waits for it 1 s
+//     at most. A check that never returns is counted as failing, once per
+//     interval, and its goroutine stays until it does (after Close too).
 //
 // # Differences from etcd's package
 //
