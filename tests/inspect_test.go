@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -100,6 +101,9 @@ func TestInspectSemaphore(t *testing.T) {
 		want{concurrency.KindSemaphore, true, s.Lease(), "2"},
 		want{concurrency.KindSemaphore, false, s.Lease(), "2"})
 	for i, k := range q.Keys {
+		// The key can be in etcd before its Acquire has read the enqueue's
+		// answer (seen under -race on a loaded machine): Key is "" until then.
+		etcdtest.Eventually(t, 10*time.Second, func() bool { return ms[i].Key() != "" }, "Semaphore %d has no key", i)
 		if k.Limit != 2 || k.Key != ms[i].Key() {
 			t.Errorf("key %d: %s limit %d; want %s limit 2", i, k.Key, k.Limit, ms[i].Key())
 		}
