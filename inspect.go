@@ -59,8 +59,8 @@ type Queue struct {
 	Keys     []QueueKey // every key under the name, in queue order (oldest first)
 	// LockDelay is what is left of a lock-delay running on the name (see
 	// WithLockDelay), in whole seconds as etcd reports its lease's time to
-	// live, or 0 if none runs: until it ends, no Mutex with lock-delay is
-	// granted the name.
+	// live, or 0 if none runs (or the client may not read LockDelayPrefix):
+	// until it ends, no Mutex with lock-delay is granted the name.
 	LockDelay time.Duration
 }
 
@@ -188,7 +188,12 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 		}
 		q.Keys = append(q.Keys, k)
 	}
-	if q.LockDelay, err = lockDelayLeft(ctx, c, pfx); err != nil {
+	// Like the owner and health records, the lock-delay is read best
+	// effort: a read that fails (on a cluster with authentication, without
+	// permission on LockDelayPrefix) leaves it 0, unless ctx ended.
+	if d, err := lockDelayLeft(ctx, c, pfx); err == nil {
+		q.LockDelay = d
+	} else if ctx.Err() != nil {
 		return nil, fmt.Errorf("concurrency: Inspect %q: lock-delay: %w", name, err)
 	}
 	ids := make([]clientv3.LeaseID, 0, len(ttls))
