@@ -3,6 +3,9 @@ package concurrency_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -305,4 +308,106 @@ func TestHealthInvalid(t *testing.T) {
 			t.Fatalf("NewSession = %v, want ErrInvalidHealthCheck", err)
 		}
 	}
+}
+
+// blockingCheck is a health check that tells the test when a call
+// begins and then, if block, waits until its context ends (a failure);
+// else it passes at once.
+type blockingCheck struct {
+	began chan struct{}
+	block bool
+}
+
+func (b *blockingCheck) check(ctx context.Context) error {
+	select {
+	case b.began <- struct{}{}:
+	default:
+	}
+	if !b.block {
+		return nil
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// healthGoroutines lists the goroutines running the health code of the
+// sessions (a session's health goroutine, a call of blockingCheck). Tests
+// of this module do not run in parallel, so any listed belong to the
+// calling test.
+func healthGoroutines() []string {
+	buf := make([]byte, 1<<22)
+	var found []string
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "(*Session).checkHealth") || strings.Contains(g, "(*blockingCheck).check") {
+			found = append(found, g)
+		}
+	}
+	return found
+}
+
+// noHealthGoroutines fails the test if health goroutines are still
+// running 5 s from now.
+func noHealthGoroutines(t *testing.T, when string) {
+	t.Helper()
+	left := healthGoroutines()
+	for deadline := time.Now().Add(5 * time.Second); len(left) != 0 && time.Now().Before(deadline); left = healthGoroutines() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(left) != 0 {
+		t.Fatalf("%s: %d health goroutines left for 5 s:\n%s", when, len(left), strings.Join(left, "\n\n"))
+	}
+}
+
+// Close ends the session's health goroutine and a check call in flight
+// that returns when its context ends: none is left running once Close has
+// returned (a call's own goroutine may take a moment more to exit after
+// it returns). Checked for a session closed with its first call in
+// flight, with a later call in flight after a failure, between calls
+// that pass, and after its checks ended it.
+func TestHealthCloseLeavesNoGoroutine(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	noHealthGoroutines(t, "before the test (an earlier test's check still returning)")
+	for i, tc := range []struct {
+		name     string
+		block    bool
+		failures int
+		calls    int  // calls begun before Close
+		ended    bool // the checks end the session first
+	}{
+		{"first call in flight", true, 1000, 1, false},
+		{"later call in flight", true, 1000, 2, false},
+		{"between passing calls", false, 1, 3, false},
+		{"ended by its checks", true, 1, 1, true},
+	} {
+		b := &blockingCheck{began: make(chan struct{}), block: tc.block}
+		s, err := concurrency.NewSession(c, concurrency.WithHealthCheck(healthInterval, tc.failures, b.check))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := concurrency.NewMutex(s, fmt.Sprintf("%s/%d", pfx, i))
+		if err := m.Lock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		_ = m.Ctx()
+		for range tc.calls {
+			select {
+			case <-b.began:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: no health check began within 10 s", tc.name)
+			}
+		}
+		if tc.ended {
+			select {
+			case <-s.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: session alive 10 s after its only allowed check failed", tc.name)
+			}
+		}
+		if err := s.Close(); err != nil && !tc.ended {
+			t.Fatalf("%s: Close: %v", tc.name, err)
+		}
+		noHealthGoroutines(t, tc.name+": after Close")
+	}
+	etcdtest.WaitKeys(t, c, pfx, 0)
 }
