@@ -310,19 +310,15 @@ func TestHealthInvalid(t *testing.T) {
 	}
 }
 
-// blockingCheck is a health check that tells the test when a call
-// begins and then, if block, waits until its context ends (a failure);
-// else it passes at once.
+// blockingCheck is a health check that counts its calls and, if block,
+// waits until its context ends (a failure); else it passes at once.
 type blockingCheck struct {
-	began chan struct{}
+	calls atomic.Int64
 	block bool
 }
 
 func (b *blockingCheck) check(ctx context.Context) error {
-	select {
-	case b.began <- struct{}{}:
-	default:
-	}
+	b.calls.Add(1)
 	if !b.block {
 		return nil
 	}
@@ -380,7 +376,7 @@ func TestHealthCloseLeavesNoGoroutine(t *testing.T) {
 		{"between passing calls", false, 1, 3, false},
 		{"ended by its checks", true, 1, 1, true},
 	} {
-		b := &blockingCheck{began: make(chan struct{}), block: tc.block}
+		b := &blockingCheck{block: tc.block}
 		s, err := concurrency.NewSession(c, concurrency.WithHealthCheck(healthInterval, tc.failures, b.check))
 		if err != nil {
 			t.Fatal(err)
@@ -390,11 +386,9 @@ func TestHealthCloseLeavesNoGoroutine(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = m.Ctx()
-		for range tc.calls {
-			select {
-			case <-b.began:
-			case <-time.After(10 * time.Second):
-				t.Fatalf("%s: no health check began within 10 s", tc.name)
+		for deadline := time.Now().Add(10 * time.Second); b.calls.Load() < int64(tc.calls); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d health checks begun in 10 s, want %d (session ended: %v)", tc.name, b.calls.Load(), tc.calls, context.Cause(s.Ctx()))
 			}
 		}
 		if tc.ended {
