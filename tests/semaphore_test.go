@@ -983,8 +983,13 @@ func TestReviewWeightedGrowWhileWatchDownCompacted(t *testing.T) {
 		}
 	}
 	// 2 + 2 + 3 > 5: the first waiter, behind two holders.
-	werr := acquireNAsync(t, t.Context(), concurrency.NewSemaphore(newSession(t, wc), pfx, 5), 3)
+	w := concurrency.NewSemaphore(newSession(t, wc), pfx, 5)
+	werr := acquireNAsync(t, t.Context(), w, 3)
 	etcdtest.WaitKeys(t, hc, pfx, 3)
+	// Cut only once the waiter has its enqueue's answer (Key is set then):
+	// the key can be in etcd before, and a cut that loses the answer fails
+	// AcquireN with it, as etcd's Mutex fails Lock (seen under -race).
+	etcdtest.Eventually(t, 10*time.Second, func() bool { return w.Key() != "" }, "the waiter has no key")
 	notYet(t, werr, "the weight-3 waiter")
 	etcdtest.Cut(t, clus.Members[0])
 	if err := concurrency.NewSemaphore(newSession(t, hc), pfx, 5).SetLimit(t.Context(), 7); err != nil {
