@@ -28,14 +28,15 @@ func ExampleRequestYield() {
 	m := concurrency.NewMutex(s, "/example/yield")
 
 	ctx := context.Background()
-	err = m.Do(ctx, func(ctx context.Context) error {
-		// Another process (here the same one) asks the holder to let go.
+	err = m.Do(ctx, func(hold context.Context) error {
+		// Another process (here the same one, on a context of its own,
+		// not the hold's) asks the holder to let go.
 		asked, err := concurrency.RequestYield(ctx, cli, "/example/yield")
 		if err != nil {
 			return err
 		}
 		fmt.Println("holders asked:", len(asked))
-		<-ctx.Done() // the work stops when the hold ends
+		<-hold.Done() // the work stops when the hold ends
 		return nil
 	})
 	// Do released the lock; its error says why the hold ended.
