@@ -57,8 +57,9 @@ const yieldAttempts = 3
 // changed in between, it reads again, three times at most. It returns an
 // error matching ErrNotHeld if nobody holds the name, ErrNilClient and
 // ErrInvalidPrefix for bad input, and ctx.Err() when ctx ends. On error
-// nothing was written, unless ctx ended while the transaction was in
-// flight: then it may have applied, and the holders may yield. (A holder
+// nothing was written, unless the transaction's answer was lost (ctx
+// ended while it was in flight, or the connection failed on its last
+// attempt): then it may have applied, and the holders may yield. (A holder
 // that asks on the context of its own hold sees just that: its hold ends
 // as the request applies, and the request's answer is lost with it.)
 func RequestYield(ctx context.Context, c *clientv3.Client, name string) ([]QueueKey, error) {
