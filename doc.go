@@ -145,8 +145,11 @@
 // may hold operations or more (etcd's --max-txn-ops, 128 by default: one
 // comparison per key and one more) cannot be resized;
 // after a shrink, Inspect shows holders beyond the new limit as waiting
-// (it judges by the current limit), and the first waiter behind them
-// waits for the newest of them to leave before it counts again; and a
+// (it judges by the current limit); a waiter whose newest older key was
+// rewritten (by a resize, or by a grant after a wait) and may hold waits
+// as the first waiter does, for any deletion on the name, so until the
+// keys that were there at a resize are gone each release may wake
+// several such waiters, one read each; and a
 // resize under constant arrivals retries until its ctx ends. Compaction
 // does not matter to a resize (it reads, it does not watch), and waits
 // survive it as any wait does.
