@@ -229,7 +229,8 @@ func releasedBefore(kvs []*mvccpb.KeyValue) (after int64, ok bool) {
 // its holder's release (Unlock, the end of `etcdctl lock`'s command), or
 // someone else's delete, which cannot be told from it. A key whose lease
 // is gone may have gone with it: a loss. So is any key that cannot be
-// judged (an error, a compacted revision).
+// judged (an error, a compacted revision). Each request is asked as ask
+// does, until answered or ctx ends.
 func (h *hold) lostBefore(ctx context.Context, pfx string, after int64) bool {
 	resp, err := h.s.get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(h.rev),
 		clientv3.WithMinCreateRev(after+1), clientv3.WithMaxCreateRev(h.rev-1))
@@ -240,7 +241,11 @@ func (h *hold) lostBefore(ctx context.Context, pfx string, after int64) bool {
 		if kv.Lease == 0 {
 			continue // only a delete removes it
 		}
-		ttl, err := h.s.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+		var ttl *clientv3.LeaseTimeToLiveResponse
+		err := h.s.ask(ctx, func(ctx context.Context) (err error) {
+			ttl, err = h.s.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+			return err
+		})
 		if err != nil || ttl.TTL <= 0 {
 			return true
 		}
