@@ -145,11 +145,12 @@
 // may hold operations or more (etcd's --max-txn-ops, 128 by default: one
 // comparison per key and one more) cannot be resized;
 // after a shrink, Inspect shows holders beyond the new limit as waiting
-// (it judges by the current limit); a waiter whose newest older key was
-// rewritten (by a resize, or by a grant after a wait) and may hold waits
-// as the first waiter does, for any deletion on the name, so until the
-// keys that were there at a resize are gone each release may wake
-// several such waiters, one read each; and a
+// (it judges by the current limit); a waiter whose older keys do not fit
+// and whose newest older key was rewritten (by a resize, or by a grant
+// after a wait) may be behind holders, and waits as the first waiter
+// does, for any deletion on the name: after a resize of a name with n
+// waiters, each release costs up to n reads (one per waiter that was
+// there at the resize) until those waiters are granted; and a
 // resize under constant arrivals retries until its ctx ends. Compaction
 // does not matter to a resize (it reads, it does not watch), and waits
 // survive it as any wait does.
