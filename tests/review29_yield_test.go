@@ -20,15 +20,7 @@ import (
 func TestReview29YieldEtcdHolder(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
-	es, err := etcdconc.NewSession(sharedClient(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer es.Close()
-	em := etcdconc.NewMutex(es, pfx)
-	if err := em.Lock(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	_, em := etcdHolder(t, pfx)
 	wm := concurrency.NewMutex(newSession(t, c, concurrency.WithYield()), pfx)
 	werr := async(t, func() error { return wm.Lock(t.Context()) })
 	etcdtest.WaitKeys(t, c, pfx, 2)
