@@ -424,7 +424,9 @@ func (m *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) 
 // as many keys as etcd allows operations in one (--max-txn-ops, 128 by
 // default: 127 keys can be resized) or more cannot be resized: etcd's
 // error is returned and nothing changes. Concurrent SetLimits each apply whole;
-// the last to commit wins.
+// the last to commit wins. An error of a ctx that ended while the rewrite
+// was in flight may leave it applied, and this Semaphore's own limit
+// unchanged: a SetLimit to the same n then writes nothing and sets it.
 func (m *Semaphore) SetLimit(ctx context.Context, n int) error {
 	if err := validate(m.s, m.pfx); err != nil {
 		return err
