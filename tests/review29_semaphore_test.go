@@ -1,8 +1,11 @@
 package concurrency_test
 
 import (
+	"errors"
 	"testing"
 	"time"
+
+	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
@@ -70,4 +73,64 @@ func TestReview29WeightedShrinkOlderLeaves(t *testing.T) {
 	}
 	w.Release(t.Context())
 	hs[1].Release(t.Context())
+}
+
+// A weighted Semaphore's name touched by etcd's Mutex (a misconfigured
+// client): etcd's Mutex queues behind the permits held and is granted
+// only once they are all released; meanwhile and while it holds, this
+// package's acquisitions on the name are refused (ErrLockKind) without
+// writing, and a SetLimit on it too.
+func TestReview29WeightedEtcdMutex(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	a := concurrency.NewSemaphore(newSession(t, c), pfx, 3)
+	b := concurrency.NewSemaphore(newSession(t, c), pfx, 3)
+	if err := a.AcquireN(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Acquire(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	es, err := etcdconc.NewSession(sharedClient(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer es.Close()
+	em := etcdconc.NewMutex(es, pfx)
+	eerr := async(t, func() error { return em.Lock(t.Context()) })
+	etcdtest.WaitKeys(t, c, pfx, 3)
+	refused := func(when string) {
+		t.Helper()
+		before := etcdtest.Keys(t, c, pfx)
+		s := concurrency.NewSemaphore(newSession(t, c), pfx, 3)
+		if err := s.TryAcquireN(t.Context(), 1); !errors.Is(err, concurrency.ErrLockKind) {
+			t.Fatalf("%s: TryAcquireN = %v, want ErrLockKind", when, err)
+		}
+		if err := s.SetLimit(t.Context(), 4); !errors.Is(err, concurrency.ErrLockKind) {
+			t.Fatalf("%s: SetLimit = %v, want ErrLockKind", when, err)
+		}
+		if after := etcdtest.Keys(t, c, pfx); len(after) != len(before) {
+			t.Fatalf("%s: keys %v after a refused acquisition, were %v", when, after, before)
+		}
+	}
+	refused("etcd's Mutex waiting")
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitKeys(t, c, pfx, 2)
+	select {
+	case err := <-eerr:
+		t.Fatalf("etcd's Mutex granted (%v) while a permit is held", err)
+	default:
+	}
+	if err := b.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, 10*time.Second, eerr, "etcd's Mutex once every permit is released"); err != nil {
+		t.Fatal(err)
+	}
+	refused("etcd's Mutex holding")
+	if err := em.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }
