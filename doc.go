@@ -145,8 +145,12 @@
 // may hold operations or more (etcd's --max-txn-ops, 128 by default: one
 // comparison per key and one more) cannot be resized;
 // after a shrink, Inspect shows holders beyond the new limit as waiting
-// (it judges by the current limit), and the first waiter behind them
-// waits for the newest of them to leave before it counts again; and a
+// (it judges by the current limit); a waiter whose older keys do not fit
+// and whose newest older key was rewritten (by a resize, or by a grant
+// after a wait) may be behind holders, and waits as the first waiter
+// does, for any deletion on the name: after a resize of a name with n
+// waiters, each release costs up to n reads (one per waiter that was
+// there at the resize) until those waiters are granted; and a
 // resize under constant arrivals retries until its ctx ends. Compaction
 // does not matter to a resize (it reads, it does not watch), and waits
 // survive it as any wait does.
@@ -205,8 +209,10 @@
 // last such holder, and its release writes "released" there in the same
 // transaction as its delete. The next holder with lock-delay reads and
 // replaces the record in one transaction at its grant, and counts as a
-// loss a record not marked released, or any key it queued behind that is
-// newer than the last release recorded (or any at all, without a record).
+// loss a record not marked released. The keys it queued behind that are
+// newer than the last release recorded (or any at all, without a record)
+// recorded nothing; it judges them by their leases: a key deleted while
+// its lease lives was released, one whose lease is gone was lost.
 // A loss starts the delay in etcd, as a key on a lease of its own granted
 // for d: every grant with lock-delay meanwhile waits for that key to go
 // (TryLock misses with ErrLocked), so the delay ends on etcd's clock.
@@ -214,11 +220,16 @@
 // What it cannot promise:
 //
 //   - A release by etcd's package, `etcdctl lock`, or a session without
-//     WithLockDelay writes no record, so it cannot be told from a loss: a
-//     holder with lock-delay that queued behind one waits d (the
-//     conservative side). One whose hold began and ended before a holder
-//     with lock-delay queued, on a name whose last record says released,
-//     is not seen at all: use lock-delay on names whose users all set it.
+//     WithLockDelay writes no record: it is told from a loss only by its
+//     lease, read when the next grant is decided. A key of such a holder
+//     deleted by someone else (`etcdctl del`, `etcdlock force-unlock`)
+//     while its lease lives counts as a release, and is not delayed; a
+//     release followed at once by the end of its session (the lease
+//     revoked before the grant looks), a waiter whose session ended, and
+//     a compacted revision count as a loss (the conservative side). One
+//     whose hold began and ended before a holder with lock-delay queued,
+//     on a name whose last record says released, is not seen at all: use
+//     lock-delay on names whose users all set it.
 //   - The delay runs from the grant that noticed the loss, not from the
 //     loss, which nobody saw: at least d after it, more after a long
 //     outage. Session.Close without Unlock counts as a loss.

@@ -178,9 +178,10 @@ func (s *Session) recordHealth(failed, limit int, err error) {
 }
 
 // readHealth sets QueueKey.Health for the keys of q whose session's checks
-// are failing, from one read of HealthPrefix. A read that fails (without
+// are failing, from one read of HealthPrefix; sessions[i] is the lease of
+// the session of q.Keys[i] (see sessionLease). A read that fails (without
 // permission) leaves them nil; its error is returned only if ctx ended.
-func readHealth(ctx context.Context, c *clientv3.Client, q *Queue) error {
+func readHealth(ctx context.Context, c *clientv3.Client, q *Queue, sessions []clientv3.LeaseID) error {
 	if len(q.Keys) == 0 {
 		return nil
 	}
@@ -201,7 +202,7 @@ func readHealth(ctx context.Context, c *clientv3.Client, q *Queue) error {
 		byLease[clientv3.LeaseID(id)] = &h
 	}
 	for i := range q.Keys {
-		q.Keys[i].Health = byLease[q.Keys[i].Lease]
+		q.Keys[i].Health = byLease[sessions[i]]
 	}
 	return nil
 }

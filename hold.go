@@ -253,9 +253,10 @@ func (h *hold) unpromote() { h.stopped(&h.unpromoteFn) }
 
 // lost ends the hold with ErrLockLost after its key was deleted, and has
 // the session check its lease. With metrics on, it first asks etcd, in one
-// round trip bounded by 1 s, whether the lease is still there, so that the
-// cause (and the holds_ended_total label) says when the key went with its
-// lease rather than by a delete; without, it ends the hold at once.
+// round trip bounded by 1 s, whether the key's lease (the session's, or
+// the max hold's own) is still there, so that the cause (and the
+// holds_ended_total label) says when the key went with its lease rather
+// than by a delete; without, it ends the hold at once.
 func (h *hold) lost() {
 	cause := fmt.Errorf("%w: key %q was deleted", ErrLockLost, h.key)
 	h.s.check()
@@ -266,10 +267,10 @@ func (h *hold) lost() {
 	// With metrics, the cause label says whether the lease went with the
 	// key: one bounded lookup, before the context ends.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), min(h.s.renewTimeout(), time.Second))
-	resp, err := h.s.client.TimeToLive(ctx, h.s.id)
+	resp, err := h.s.client.TimeToLive(ctx, h.lease)
 	cancel()
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && resp.TTL < 0 {
-		cause = fmt.Errorf("%w: key %q was deleted with its lease: lease %x %w", ErrLockLost, h.key, int64(h.s.id), errLeaseLost)
+		cause = fmt.Errorf("%w: key %q was deleted with its lease: lease %x %w", ErrLockLost, h.key, int64(h.lease), errLeaseLost)
 	}
 	h.finish(cause)
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -205,6 +207,15 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 		ttls[id] = resp.TTL // etcd answers -1 for a lease it does not have
 		ids = append(ids, id)
 	}
+	// The owner and health records are on the lease of the session that
+	// wrote each key, which a max hold moved off (see sessionLease).
+	sessions := make([]clientv3.LeaseID, len(q.Keys))
+	for i := range q.Keys {
+		sessions[i] = sessionLease(pfx, &q.Keys[i])
+		if _, ok := ttls[sessions[i]]; !ok && !slices.Contains(ids, sessions[i]) && sessions[i] != clientv3.NoLease {
+			ids = append(ids, sessions[i]) // its owner record only
+		}
+	}
 	owners, err := readOwners(ctx, c, ids)
 	if err != nil {
 		return nil, fmt.Errorf("concurrency: Inspect %q: owners: %w", name, err)
@@ -214,12 +225,12 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 		if ttl, ok := ttls[k.Lease]; ok {
 			k.TTL = ttl
 		}
-		k.Owner = owners[k.Lease]
+		k.Owner = owners[sessions[i]]
 	}
 	if err := readYields(ctx, c, pfx, q); err != nil {
 		return nil, fmt.Errorf("concurrency: Inspect %q: yield requests: %w", name, err)
 	}
-	if err := readHealth(ctx, c, q); err != nil {
+	if err := readHealth(ctx, c, q, sessions); err != nil {
 		return nil, fmt.Errorf("concurrency: Inspect %q: health records: %w", name, err)
 	}
 	return q, nil
@@ -257,6 +268,30 @@ var (
 	mutexKeyRe = regexp.MustCompile(`^-?[0-9a-f]+$`)
 	seqKeyRe   = regexp.MustCompile(`^-?[0-9a-f]+-[0-9a-f]+$`)
 )
+
+// sessionLease is the lease of the session that wrote the key k of the
+// name whose prefix is pfx: the lease in the key's name for the keys of
+// this package and etcd's, which is the key's own lease unless a max hold
+// moved the key to a lease of its own (see hold.bound); the key's lease
+// for any other key.
+func sessionLease(pfx string, k *QueueKey) clientv3.LeaseID {
+	rest := k.Key[len(pfx):]
+	switch k.Kind {
+	case KindMutex:
+	case KindReader, KindWriter:
+		rest = rest[2:]
+		fallthrough
+	case KindSemaphore:
+		rest = rest[:strings.LastIndexByte(rest, '-')]
+	default:
+		return k.Lease
+	}
+	id, err := strconv.ParseInt(rest, 16, 64)
+	if err != nil {
+		return k.Lease
+	}
+	return clientv3.LeaseID(id)
+}
 
 // keyKindOf is the kind of a key from rest, the part after the name's
 // prefix.

@@ -26,12 +26,14 @@ import (
 //   - the token of another hold, not marked released: that hold ended
 //     without its release (lease expired or revoked, key deleted by
 //     someone else, process gone): a loss, so it waits;
-//   - "released" and a token: that hold was released; it waits anyway if
-//     it queued behind a key newer than that hold (see delayGrant), whose
-//     end nobody recorded: a holder of etcd's package, `etcdctl lock`, or a
-//     session without lock-delay, which it cannot tell from a loss;
-//   - no record: no holder with lock-delay has held the name; it waits if
-//     it queued behind any key, for the same reason.
+//   - "released" and a token: that hold was released; if it queued behind
+//     keys newer than that hold, whose end nobody recorded (a holder of
+//     etcd's package, `etcdctl lock`, or a session without lock-delay), it
+//     judges them by their leases (see lostBefore): a key gone while its
+//     lease lives was deleted, as a release deletes it; one whose lease is
+//     gone counts as a loss, so it waits;
+//   - no record: no holder with lock-delay has held the name; it judges
+//     the keys it queued behind in the same way.
 //
 // A grant that finds a loss starts the delay in etcd: a key (see delayKey)
 // on a lease granted for d, so that etcd's clock ends it and every grant
@@ -112,8 +114,14 @@ func (h *hold) delayGrant(ctx context.Context, pfx string, behind int64, d time.
 	seen := resp.Header.Revision
 	delay := resp.Responses[1].GetResponseRange().Kvs
 	// A retried write may read its own first attempt: the record before
-	// it is unknown then, and counts as a loss.
-	if len(delay) == 0 && (tries > 1 || mustDelay(resp.Responses[0].GetResponseRange().Kvs, h.rev, behind)) {
+	// it is unknown then, and counts as a loss. Keys of holders that
+	// record nothing are judged by their leases (see lostBefore).
+	last := resp.Responses[0].GetResponseRange().Kvs
+	lost := tries > 1 || mustDelay(last, h.rev, behind)
+	if after, ok := releasedBefore(last); lost && tries == 1 && ok {
+		lost = h.lostBefore(ctx, pfx, after)
+	}
+	if len(delay) == 0 && lost {
 		kv, rev, err := startDelay(ctx, s, dk, d)
 		if err != nil {
 			return err
@@ -196,6 +204,55 @@ func mustDelay(kvs []*mvccpb.KeyValue, rev, behind int64) bool {
 	return err != nil || behind > tok
 }
 
+// releasedBefore reads the lock-delay record kvs: ok is true when it
+// records no loss, and after is then the token of the last hold released
+// (0 without a record). Only keys newer than after, which wrote no record,
+// can have ended by loss since.
+func releasedBefore(kvs []*mvccpb.KeyValue) (after int64, ok bool) {
+	if len(kvs) == 0 {
+		return 0, true
+	}
+	v, released := strings.CutPrefix(string(kvs[0].Value), "released ")
+	if !released {
+		return 0, false
+	}
+	tok, err := strconv.ParseInt(v, 10, 64)
+	return tok, err == nil
+}
+
+// lostBefore reports whether a key of the lock under pfx that may have
+// held before h without recording it (etcd's package, `etcdctl lock`, a
+// session without lock-delay) ended by loss. Those keys are the ones
+// older than h's, newer than the hold with token after, that were there
+// when h's key was created (one read at that revision); all are gone at
+// h's grant. A key gone while its lease lives was deleted by a client:
+// its holder's release (Unlock, the end of `etcdctl lock`'s command), or
+// someone else's delete, which cannot be told from it. A key whose lease
+// is gone may have gone with it: a loss. So is any key that cannot be
+// judged (an error, a compacted revision). Each request is asked as ask
+// does, until answered or ctx ends.
+func (h *hold) lostBefore(ctx context.Context, pfx string, after int64) bool {
+	resp, err := h.s.get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(h.rev),
+		clientv3.WithMinCreateRev(after+1), clientv3.WithMaxCreateRev(h.rev-1))
+	if err != nil {
+		return true
+	}
+	for _, kv := range resp.Kvs {
+		if kv.Lease == 0 {
+			continue // only a delete removes it
+		}
+		var ttl *clientv3.LeaseTimeToLiveResponse
+		err := h.s.ask(ctx, func(ctx context.Context) (err error) {
+			ttl, err = h.s.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+			return err
+		})
+		if err != nil || ttl.TTL <= 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // WithLockDelay makes a Mutex on the session wait d before Lock returns
 // when the hold before it may have ended by loss rather than by release
 // (Consul's lock-delay, 15 s by default there; Chubby's lock-delay): the
@@ -206,15 +263,19 @@ func mustDelay(kvs []*mvccpb.KeyValue, rev, behind int64) bool {
 // in the same transaction as their delete, so the next holder is granted
 // at once after them. A hold before it that ended otherwise (its lease
 // expired or revoked, its key deleted by someone else, Session.Close
-// without Unlock) or that was not recorded (etcd's package, `etcdctl
-// lock`, a session without WithLockDelay) counts as a loss: the grant
-// waits. The wait begins when the grant is decided, not at the loss,
+// without Unlock) counts as a loss: the grant waits. A hold that records
+// nothing (etcd's package, `etcdctl lock`, a session without
+// WithLockDelay) is judged by its lease: a key deleted while its lease
+// lives counts as released (whether its holder or someone else deleted
+// it), one whose lease is gone as a loss. The wait begins when the grant is decided, not at the loss,
 // which nobody saw: it is at least d after it. While it waits, the key
 // holds in etcd, so nobody else is granted; ctx ending or the session
 // ending releases it, and Lock returns their error.
 //
 // It costs one transaction per grant, and one small key per lock name
-// that stays. It applies to Mutex (Lock, TryLock, Do, LockAll); the other
+// that stays; a grant that queued behind a hold that recorded nothing
+// also reads the name at its key's creation revision and looks up the
+// lease of each key older than its own there. It applies to Mutex (Lock, TryLock, Do, LockAll); the other
 // primitives ignore it. The default, 0, is off; d < 0 makes NewSession
 // return an error matching ErrInvalidLockDelay.
 func WithLockDelay(d time.Duration) SessionOption {

@@ -204,7 +204,21 @@ func (m *Semaphore) weigh(key string, w int, own []byte, older []*mvccpb.KeyValu
 	if len(older) > 0 {
 		pred = target{key: string(older[0].Key), create: older[0].CreateRevision, mod: older[0].ModRevision, onPut: true}
 	}
+	// first is the wait of the first waiter: for any deletion among the
+	// older keys, and for a resize (its own key rewritten).
+	first := target{over: m.pfx, wake: key}
+	// Until a resize, the holders are the oldest keys and fit the limit,
+	// so a waiter whose older keys do not fit waits behind a waiter, the
+	// newest older key, and watches only it. After a shrink, holders
+	// beyond the limit keep their permits: the older keys may all hold, and
+	// the deletion of any of them may let this one in. Every such holder's
+	// key was rewritten (by the resize, or by its grant after a wait:
+	// promote), so a newest older key rewritten since its creation may
+	// hold: then this one waits as the first waiter does.
+	mayHold := len(older) > 0 && older[0].ModRevision > older[0].CreateRevision
 	switch {
+	case len(older) > lim && mayHold:
+		return false, first, false, nil
 	case len(older) > lim:
 		// Each key weighs at least 1: the newest older key waits too.
 		return false, pred, false, nil
@@ -217,8 +231,8 @@ func (m *Semaphore) weigh(key string, w int, own []byte, older []*mvccpb.KeyValu
 		// A resize cannot make this (SetLimit refuses a limit below a
 		// key's weight): a key written by another client.
 		return false, target{}, false, fmt.Errorf("%w: %q weighs %d, the limit is %d", ErrWeightExceedsLimit, key, w, lim)
-	case !over && len(older) > 1:
-		return false, target{over: m.pfx, wake: key}, false, nil
+	case !over && len(older) > 1, over && mayHold:
+		return false, first, false, nil
 	}
 	return false, pred, false, nil
 }
@@ -410,7 +424,9 @@ func (m *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) 
 // as many keys as etcd allows operations in one (--max-txn-ops, 128 by
 // default: 127 keys can be resized) or more cannot be resized: etcd's
 // error is returned and nothing changes. Concurrent SetLimits each apply whole;
-// the last to commit wins.
+// the last to commit wins. An error of a ctx that ended while the rewrite
+// was in flight may leave it applied, and this Semaphore's own limit
+// unchanged: a SetLimit to the same n then writes nothing and sets it.
 func (m *Semaphore) SetLimit(ctx context.Context, n int) error {
 	if err := validate(m.s, m.pfx); err != nil {
 		return err

@@ -51,7 +51,9 @@ const yieldAttempts = 3
 // as the cause of its Ctx, within milliseconds once its Ctx has been
 // asked for; a hold without it, and the holders of etcd's package and
 // `etcdctl lock`, keep the lock: RequestYield cannot tell them apart, so
-// its result says whom it asked, not who will yield.
+// its result says whom it asked, not who will yield. After a Semaphore's
+// limit shrank, holders beyond the new limit, which Inspect shows as
+// waiting (it judges by the current limit), are not asked.
 //
 // It blocks for Inspect's round trips and one transaction; if the holders
 // changed in between, it reads again, three times at most. It returns an

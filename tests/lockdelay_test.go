@@ -7,7 +7,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
@@ -155,40 +154,6 @@ func TestLockDelayAfterRelease(t *testing.T) {
 		t.Fatalf("Lock of a second Mutex on the holding session: %v", err)
 	}
 	if err := hm.Unlock(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// A holder that records nothing (etcd's own Mutex, like `etcdctl lock`)
-// cannot be told from one that was lost: a waiter with lock-delay behind
-// it waits the delay even after its release.
-func TestLockDelayForeignHolderCountsAsLoss(t *testing.T) {
-	pfx := etcdtest.Begin(t)
-	c := sharedClient(t)
-	es, err := etcdconc.NewSession(sharedClient(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer es.Close()
-	em := etcdconc.NewMutex(es, pfx)
-	if err := em.Lock(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	ws := newSession(t, c, concurrency.WithLockDelay(lockDelay))
-	wm := concurrency.NewMutex(ws, pfx)
-	errc := async(t, func() error { return wm.Lock(t.Context()) })
-	etcdtest.WaitKeys(t, c, pfx, 2)
-	if err := em.Unlock(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	released := time.Now()
-	if err := within(t, 15*time.Second, errc, "waiter behind etcd's Mutex"); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(released); took < lockDelay {
-		t.Fatalf("granted %v after etcd's Mutex released, want the lock-delay %v", took, lockDelay)
-	}
-	if err := wm.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 }

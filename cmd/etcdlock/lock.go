@@ -181,8 +181,10 @@ its holder's release, take the lock only D later, so that a holder that
 lost it without knowing has time to stop before this command starts; for
 resources that cannot check ETCD_LOCK_REV. A release by 'etcdlock lock
 --lock-delay' is recorded and waits for nothing; one by etcdctl lock,
-etcd's package or 'etcdlock lock' without the flag cannot be told from a
-loss, and waits D too. With --try, a lock in its delay is busy (exit 123).
+etcd's package or 'etcdlock lock' without the flag is told from a loss by
+its lease: a key deleted while its lease lives waits for nothing (even if
+someone else, such as force-unlock, deleted it), one whose lease is gone
+waits D. With --try, a lock in its delay is busy (exit 123).
 
 --health-cmd CMD (Consul's session health checks) runs the shell command
 CMD every --health-interval (default 10s) while waiting and holding; after

@@ -34,7 +34,7 @@ const (
 	exitLost        = 122 // the lock or leadership was lost while held or awaited
 	exitBusy        = 123 // lock --try: the lock is held by someone else
 	exitTimeout     = 124 // lock --timeout passed before the lock was acquired
-	exitNotFound    = 125 // force-unlock: the key is not in the lock's queue
+	exitNotFound    = 125 // force-unlock: the key is not in the lock's queue; yield: nobody holds the name
 	exitCannotExec  = 126 // the command could not be executed
 	exitNoCommand   = 127 // the command was not found
 	exitSignal      = 128 // plus the signal number: interrupted while waiting
@@ -51,7 +51,8 @@ const exitCodesHelp = `Exit codes:
        its lease revoked or expired; a running command was stopped
   123  lock --try: the lock is held by someone else (lock -E N: N instead)
   124  lock --timeout: the lock was not acquired in time (lock -E N: N)
-  125  force-unlock: the key is not in the lock's queue; nothing was changed
+  125  force-unlock: the key is not in the lock's queue; yield: nobody holds
+       the name; nothing was changed
   126  the command could not be executed
   127  the command was not found
   128+N  interrupted by signal N before the lock was acquired, or the command
