@@ -175,7 +175,12 @@ func TestLockDelayLaterAcquirer(t *testing.T) {
 	}
 	etcdtest.WaitKeys(t, c, pfx, 0)
 
-	ts := newSession(t, sharedClient(t), concurrency.WithLockDelay(lockDelay))
+	// The checks below must all run within the delay, which begins at the
+	// first TryLock: a longer one than the other tests', so that a loaded
+	// machine's slow round trips do not outlast it (at lockDelay, 3 s, the
+	// delay key was once gone before the test read it, at load 13).
+	const delay = 3 * lockDelay
+	ts := newSession(t, sharedClient(t), concurrency.WithLockDelay(delay))
 	tm := concurrency.NewMutex(ts, pfx)
 	if err := tm.TryLock(t.Context()); !errors.Is(err, concurrency.ErrLocked) {
 		t.Fatalf("TryLock after the loss = %v, want ErrLocked (lock-delay)", err)
@@ -191,15 +196,15 @@ func TestLockDelayLaterAcquirer(t *testing.T) {
 	if err := tm.TryLock(t.Context()); !errors.Is(err, concurrency.ErrLocked) {
 		t.Fatalf("second TryLock during the delay = %v, want ErrLocked", err)
 	}
-	ls := newSession(t, sharedClient(t), concurrency.WithLockDelay(lockDelay))
+	ls := newSession(t, sharedClient(t), concurrency.WithLockDelay(delay))
 	lm := concurrency.NewMutex(ls, pfx)
-	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), delay+15*time.Second)
 	defer cancel()
 	if err := lm.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(started); took < lockDelay-time.Second {
-		t.Fatalf("Lock granted %v after the delay started, want about %v", took, lockDelay)
+	if took := time.Since(started); took < delay-time.Second {
+		t.Fatalf("Lock granted %v after the delay started, want about %v", took, delay)
 	}
 	if err := lm.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
