@@ -413,6 +413,28 @@ func livenessFor(ttl time.Duration) liveness {
 type streamGen struct {
 	n       atomic.Int64 // the current stream's number
 	heardAt atomic.Int64 // when a watch of the current stream last heard from it (UnixNano), 0 if none has
+	// md is the metadata of the latest stream a watch was opened on,
+	// shared by its watches (see watchContext).
+	md atomic.Pointer[streamMD]
+}
+
+// streamMD is the outgoing metadata of the watches of stream number n.
+type streamMD struct {
+	n  int64
+	md metadata.MD
+}
+
+// mdOf returns the outgoing metadata of the watches of stream number n: a
+// leader required (see watchUntil) and the number. It is made once per
+// stream and shared by the stream's watches, which neither gRPC nor
+// clientv3 write to (a map per watch cost about 600 bytes per waiter).
+func (g *streamGen) mdOf(n int64) metadata.MD {
+	if m := g.md.Load(); m != nil && m.n == n {
+		return m.md
+	}
+	m := &streamMD{n: n, md: metadata.Pairs(rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader, watchStreamKey, strconv.FormatInt(n, 10))}
+	g.md.Store(m)
+	return m.md
 }
 
 // streamGens holds the streamGen of each client with watches of the
@@ -465,11 +487,16 @@ const watchStreamKey = "concurrency-watch-stream"
 
 // watchContext is the context for a watch of the package on client: it
 // requires a leader (see watchUntil) and names the client's current
-// stream, which it returns too.
+// stream, which it returns too. The metadata is the stream's own (see
+// mdOf), unless ctx carries outgoing metadata of the caller's, which is
+// kept: clientv3 puts the watch on a stream of its own for it, as before.
 func watchContext(ctx context.Context, client *clientv3.Client) (context.Context, streamRef) {
 	g := genOf(client)
 	r := streamRef{g: g, n: g.n.Load()}
-	return metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), watchStreamKey, strconv.FormatInt(r.n, 10)), r
+	if _, ok := metadata.FromOutgoingContext(ctx); ok {
+		return metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), watchStreamKey, strconv.FormatInt(r.n, 10)), r
+	}
+	return metadata.NewOutgoingContext(ctx, g.mdOf(r.n)), r
 }
 
 // probe keeps a watch from trusting a silent stream. Every response the
