@@ -147,22 +147,26 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 		return nil, nil, ErrLocked
 	}
 
+	// The wait keeps of the enqueue only what it uses: not its response
+	// header (q.hdr), which would stay on the heap as long as the wait.
+	rev, next, seen := q.rev, q.next, q.hdr.Revision
+
 	// The wait ends with ctx, or with the session's life.
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(s.life, func() { cancel(context.Cause(s.life)) })
 	defer stop()
 	if waiting != nil {
-		waiting(q.rev)
+		waiting(rev)
 	}
 	a.wait()
-	hdr, err := waitDeletes(wctx, s, r, key, q.rev, q.next, q.hdr.Revision)
+	hdr, err := waitDeletes(wctx, s, r, key, rev, next, seen)
 	if err == nil {
-		behind := q.next.create // the newest key older than this one when it queued
-		if q.next.key == "" {
+		behind := next.create // the newest key older than this one when it queued
+		if next.key == "" {
 			behind = behindUnknown
 		}
-		h, hdr, err := granted(ctx, s, r, key, q.rev, hdr, true, wait, behind)
+		h, hdr, err := granted(ctx, s, r, key, rev, hdr, true, wait, behind)
 		if err != nil && waiting != nil {
 			waiting(0)
 		}
@@ -178,7 +182,7 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	if waiting != nil {
 		waiting(0)
 	}
-	s.unuse(ctx, key, q.rev, deleteNow)
+	s.unuse(ctx, key, rev, deleteNow)
 	return nil, nil, err
 }
 
