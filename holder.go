@@ -19,7 +19,7 @@ type holder struct {
 	s   *Session
 	pfx string // the lock name followed by "/"
 
-	sem chan struct{} // holds one token while a goroutine holds or is acquiring
+	gate gate // entered while a goroutine holds or is acquiring
 
 	// relMu serialises releases; it is held for their round trips, so that
 	// mu, which the getters take, never is.
@@ -34,7 +34,56 @@ type holder struct {
 }
 
 func newHolder(s *Session, pfx string) holder {
-	return holder{s: s, pfx: prefix(pfx), sem: make(chan struct{}, 1)}
+	return holder{s: s, pfx: prefix(pfx)}
+}
+
+// gate lets one goroutine at a time in, as a sync.Mutex does, but one
+// that waits can give up when its ctx ends. The zero value is open. It
+// allocates only while a goroutine waits for it, not per value (a
+// channel of one token cost 112 bytes per Mutex).
+type gate struct {
+	mu   sync.Mutex    // guards in and free
+	in   bool          // a goroutine is in
+	free chan struct{} // closed when in ends, for those that wait; nil while none waits
+}
+
+// enter lets the goroutine in, waiting while another is in if wait, and
+// otherwise reporting false at once. A wait ends with ctx, with
+// ctx.Err().
+func (g *gate) enter(ctx context.Context, wait bool) (bool, error) {
+	for {
+		g.mu.Lock()
+		if !g.in {
+			g.in = true
+			g.mu.Unlock()
+			return true, nil
+		}
+		if !wait {
+			g.mu.Unlock()
+			return false, nil
+		}
+		if g.free == nil {
+			g.free = make(chan struct{})
+		}
+		free := g.free
+		g.mu.Unlock()
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+}
+
+// leave lets the next goroutine in.
+func (g *gate) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.in = false
+	if g.free != nil {
+		close(g.free)
+		g.free = nil
+	}
 }
 
 // lock acquires key, with value val, by rule r, waiting if wait, else
@@ -45,19 +94,11 @@ func (h *holder) lock(ctx context.Context, r rule, key, val string, wait bool, v
 	if valid != nil {
 		return valid
 	}
-	if wait {
-		select {
-		case h.sem <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	} else {
-		select {
-		case h.sem <- struct{}{}:
-		default:
-			h.s.ins.missed(r)
-			return ErrLocked
-		}
+	if in, err := h.gate.enter(ctx, wait); err != nil {
+		return err
+	} else if !in {
+		h.s.ins.missed(r)
+		return ErrLocked
 	}
 	hd, hdr, err := acquire(ctx, h.s, r, key, val, false, wait, func(rev int64) {
 		h.mu.Lock()
@@ -68,7 +109,7 @@ func (h *holder) lock(ctx context.Context, r rule, key, val string, wait bool, v
 		h.mu.Unlock()
 	})
 	if err != nil {
-		<-h.sem
+		h.gate.leave()
 		return err
 	}
 	h.mu.Lock()
@@ -109,7 +150,7 @@ func (h *holder) unlockIf(ctx context.Context, is func(key string) bool) error {
 func (h *holder) forget(ctx context.Context, then cleanup) {
 	h.s.unuse(ctx, h.key, h.rev, then)
 	h.key, h.rev, h.held = "", 0, false
-	<-h.sem
+	h.gate.leave()
 }
 
 // release is Do's unlock: if the delete fails, the hold is released here
