@@ -652,7 +652,7 @@ func (w *leaderWatch) read(ctx context.Context) (int64, error) {
 // ended and it has seen the revision etcd had then, and otherwise the error
 // that ended the watch.
 func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
-	wt, err := openWatch(ctx, w.cli, w.l, w.pfx, clientv3.WithPrefix())
+	wt, err := openWatch(ctx, nil, w.cli, w.l, w.pfx, clientv3.WithPrefix())
 	if err != nil {
 		return err
 	}
@@ -683,7 +683,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 				// again from it, to apply every event after the read.
 				wt.close()
 				replayed = true
-				if wt, err = openWatch(ctx, w.cli, w.l, w.pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1)); err != nil {
+				if wt, err = openWatch(ctx, nil, w.cli, w.l, w.pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1)); err != nil {
 					return err
 				}
 				continue

@@ -151,16 +151,13 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	// header (q.hdr), which would stay on the heap as long as the wait.
 	rev, next, seen := q.rev, q.next, q.hdr.Revision
 
-	// The wait ends with ctx, or with the session's life.
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(s.life, func() { cancel(context.Cause(s.life)) })
-	defer stop()
+	// The wait ends with ctx, or with the session's life (see
+	// waitDeletes).
 	if waiting != nil {
 		waiting(rev)
 	}
 	a.wait()
-	hdr, err := waitDeletes(wctx, s, r, key, rev, next, seen)
+	hdr, err := waitDeletes(ctx, s, r, key, rev, next, seen)
 	if err == nil {
 		behind := next.create // the newest key older than this one when it queued
 		if next.key == "" {
@@ -174,10 +171,8 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	}
 	// Say why the wait ended: the caller's context first, so that
 	// errors.Is(err, ctx.Err()) holds, then the session.
-	if ctx.Err() != nil {
-		err = ctx.Err()
-	} else if wctx.Err() != nil {
-		err = context.Cause(wctx)
+	if werr := s.waitErr(ctx); werr != nil {
+		err = werr
 	}
 	if waiting != nil {
 		waiting(0)

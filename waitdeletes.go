@@ -33,6 +33,14 @@ import (
 // whether anything could have happened between the read and the watch, and
 // only then is the key read again.
 //
+// A wait ends with its caller's ctx or with its session's life, at once
+// (etcd #19597), but keeps no context of its own for that while it
+// waits: a context for the whole wait, with its map of children and its
+// done channel, cost about 460 bytes per waiter. Each read, sleep and
+// watch creation of the wait runs on a context made for that step (see
+// Session.during), and an open watch listens to the session's life itself
+// (see watchUntil).
+//
 // After each wake-up the waiter judges its place again with one
 // linearizable read (judge, in queue.go): its own key and the older keys
 // that count. The read that decides a grant is never a serializable one:
@@ -64,8 +72,8 @@ type target struct {
 // key existed and held. next is what to wait for
 // first, as last read at revision seenRev, or the zero target if unknown.
 // The key's own deletion is found by the read that follows each wake-up
-// (ErrSessionExpired), and the end of the session ends the wait through ctx
-// (see acquire). A cluster without a leader or a lost connection does not
+// (ErrSessionExpired). When ctx ends it returns ctx.Err(); when the session's
+// life ends, its cause. A cluster without a leader or a lost connection does not
 // end the wait: it reads again once etcd answers, and keeps its place
 // (etcd's package also kept waiting). It leaves key in place: the caller
 // cleans up.
@@ -81,7 +89,7 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 			over := next.over
 			judged, err = waitRange(ctx, s, over, next.wake, seenRev, &wb, func() (bool, int64, error) {
 				var err error
-				if j, err = judge(ctx, s, r, key, rev); err != nil {
+				if j, err = judgeDuring(ctx, s, r, key, rev); err != nil {
 					return false, 0, err
 				}
 				// Go on watching only while the key is still the first
@@ -95,10 +103,10 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 			return nil, err
 		}
 		if !judged {
-			j, err = judge(ctx, s, r, key, rev)
+			j, err = judgeDuring(ctx, s, r, key, rev)
 			if transient(err) {
-				if !b.sleep(ctx) {
-					return nil, ctx.Err()
+				if !s.sleep(ctx, &b) {
+					return nil, s.waitErr(ctx)
 				}
 				next = target{} // read again, at once
 				continue
@@ -120,15 +128,16 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 // waitDelete blocks until t.key, which had create revision t.create (and
 // mod revision t.mod) in a read at revision seenRev, is deleted or
 // replaced, or with t.onPut has a new value. It returns
-// ctx.Err() when ctx ends, and the error when watching fails for a reason
+// ctx.Err() when ctx ends, the cause of the session's life when that ends,
+// and the error when watching fails for a reason
 // that waiting cannot fix. After compaction (the watch could not resume), a
 // member without a leader, or a lost connection, it reads the key again,
 // retrying while etcd does not answer, and watches anew.
 func waitDelete(ctx context.Context, s *Session, t target, seenRev int64, b *backoff) error {
 	for {
 		err := watchDelete(ctx, s, t, seenRev, b)
-		if err == nil || ctx.Err() != nil {
-			return ctx.Err()
+		if werr := s.waitErr(ctx); err == nil || werr != nil {
+			return werr
 		}
 		if !errors.Is(err, rpctypes.ErrCompacted) {
 			if !transient(err) && !errors.Is(err, errWatchClosed) {
@@ -136,15 +145,18 @@ func waitDelete(ctx context.Context, s *Session, t target, seenRev int64, b *bac
 			}
 			// Grows while watches keep failing; a watch that starts
 			// resets it.
-			if !b.sleep(ctx) {
-				return ctx.Err()
+			if !s.sleep(ctx, b) {
+				return s.waitErr(ctx)
 			}
 		}
-		resp, err := s.get(ctx, t.key)
+		resp, err := s.getDuring(ctx, t.key)
 		if transient(err) {
 			continue // watch again: the key is read once more
 		}
 		if err != nil {
+			if werr := s.waitErr(ctx); werr != nil {
+				return werr
+			}
 			return err
 		}
 		if t.changed(resp.Kvs) {
@@ -167,11 +179,11 @@ func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *ba
 	if !t.onPut {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	return watchUntil(ctx, s.client, s.live(), t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
+	return watchUntil(ctx, s.life, s.client, s.live(), t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if missed(wr, seenRev) {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
-			resp, err := s.get(ctx, t.key)
+			resp, err := s.getDuring(ctx, t.key)
 			if err != nil {
 				return false, err
 			}
@@ -200,7 +212,8 @@ func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *ba
 // deletion after that revision ends the wait. So a busy name never makes
 // it read in a loop, and no deletion is missed. It reports whether check
 // ended the wait (false: a deletion did, or a failed watch that the caller
-// reads after). It returns ctx.Err() when ctx ends, and the error of check
+// reads after). It returns ctx.Err() when ctx ends, the cause of the
+// session's life when that ends, and the error of check
 // or of the watch when waiting cannot fix it; after a transient failure of
 // either it waits (b) and returns, for the caller to read again.
 func waitRange(ctx context.Context, s *Session, over, wake string, seenRev int64, b *backoff, check func() (stop bool, seen int64, err error)) (checked bool, err error) {
@@ -208,7 +221,7 @@ func waitRange(ctx context.Context, s *Session, over, wake string, seenRev int64
 	if wake == "" {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	err = watchUntil(ctx, s.client, s.live(), over, b, func(wr clientv3.WatchResponse) (bool, error) {
+	err = watchUntil(ctx, s.life, s.client, s.live(), over, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if missed(wr, seenRev) {
 			stop, seen, err := check()
 			if err != nil || stop {
@@ -227,14 +240,15 @@ func waitRange(ctx context.Context, s *Session, over, wake string, seenRev int64
 		}
 		return false, nil
 	}, opts...)
+	werr := s.waitErr(ctx)
 	switch {
-	case err == nil || ctx.Err() != nil:
-		return checked, ctx.Err()
+	case err == nil || werr != nil:
+		return checked, werr
 	case errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, errWatchClosed) || transient(err):
-		if errors.Is(err, rpctypes.ErrCompacted) || b.sleep(ctx) {
+		if errors.Is(err, rpctypes.ErrCompacted) || s.sleep(ctx, b) {
 			return false, nil
 		}
-		return false, ctx.Err()
+		return false, s.waitErr(ctx)
 	default:
 		return false, err
 	}
@@ -260,7 +274,7 @@ func missed(wr clientv3.WatchResponse, rev int64) bool {
 // written, which would leave the stream's progress requests unanswered.
 func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key string, rev int64, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
 	replay := false
-	err := watchUntil(ctx, client, l, key, nil, func(wr clientv3.WatchResponse) (bool, error) {
+	err := watchUntil(ctx, nil, client, l, key, nil, func(wr clientv3.WatchResponse) (bool, error) {
 		if missed(wr, rev) {
 			replay = true
 			return true, nil
@@ -270,13 +284,14 @@ func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key st
 	if err != nil || !replay {
 		return err
 	}
-	return watchUntil(ctx, client, l, key, nil, fn, append(opts, clientv3.WithRev(rev+1))...)
+	return watchUntil(ctx, nil, client, l, key, nil, fn, append(opts, clientv3.WithRev(rev+1))...)
 }
 
 // watchUntil watches key with opts until fn, called on each response in
 // order, returns true or an error. It returns nil when fn returned true,
 // fn's error, or the error that ended the watch (compaction, no leader,
-// lost connection, ctx). The watch requires a leader: on a member without
+// lost connection, ctx). If life is not nil (a session's), its end ends
+// the watch too, with its cause. The watch requires a leader: on a member without
 // one it ends with an error instead of waiting for events that never come.
 // A watch that starts resets b, the backoff between failed watches.
 //
@@ -284,14 +299,20 @@ func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key st
 // does not create the watch in time, or the stream stops answering, it
 // returns an error matching errNoAnswer, for the caller to read again and
 // watch anew, on a new stream.
-func watchUntil(ctx context.Context, client *clientv3.Client, l liveness, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
-	w, err := openWatch(ctx, client, l, key, opts...)
+func watchUntil(ctx, life context.Context, client *clientv3.Client, l liveness, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
+	w, err := openWatch(ctx, life, client, l, key, opts...)
 	if err != nil {
 		return err
 	}
 	defer w.close()
+	var ended <-chan struct{} // nil: never
+	if life != nil {
+		ended = life.Done()
+	}
 	for {
 		select {
+		case <-ended:
+			return context.Cause(life)
 		case wr, ok := <-w.ch:
 			if !ok {
 				if err := ctx.Err(); err != nil {
@@ -336,20 +357,30 @@ func (w *watch) close() {
 // once etcd has created the watch (or its context ended): on a silent
 // stream, never. So openWatch waits l.wait at most; if etcd has not
 // answered by then, the stream is silent: it moves the client's stream on
-// (see watchContext) and returns an error matching errNoAnswer.
-func openWatch(ctx context.Context, client *clientv3.Client, l liveness, key string, opts ...clientv3.OpOption) (*watch, error) {
+// (see watchContext) and returns an error matching errNoAnswer. If life
+// is not nil, its end ends the wait for the creation too, with its cause;
+// the open watch does not depend on it (see watchUntil).
+func openWatch(ctx, life context.Context, client *clientv3.Client, l liveness, key string, opts ...clientv3.OpOption) (*watch, error) {
 	opts = append(opts, clientv3.WithCreatedNotify())
 	for {
 		sctx, r := watchContext(ctx, client)
 		wctx, cancel := context.WithCancel(sctx)
+		unbind := func() bool { return true }
+		if life != nil {
+			unbind = context.AfterFunc(life, cancel)
+		}
 		ch, ok := opened(wctx, cancel, client, l.wait, key, opts...)
-		if ok {
+		ended := !unbind()
+		if ok && !ended {
 			r.heard()
 			return &watch{ch: ch, p: newProbe(wctx, client, l, key, r), cancel: cancel}, nil
 		}
 		cancel()
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if ended {
+			return nil, context.Cause(life)
 		}
 		// clientv3 creates a stream's watches one at a time: behind
 		// many others, a watch may wait longer than l.wait on a stream
@@ -372,6 +403,53 @@ func opened(wctx context.Context, cancel context.CancelFunc, client *clientv3.Cl
 // errWatchClosed is the error of a watch whose channel closed without an
 // error: the client lost its stream, and a new watch may succeed.
 var errWatchClosed = errors.New("concurrency: watch closed")
+
+// during returns a context for one step of a wait on ctx (a read, a
+// sleep): it ends with ctx, or with the session's life, with its cause.
+// stop releases it.
+func (s *Session) during(ctx context.Context) (c context.Context, stop func()) {
+	c, cancel := context.WithCancelCause(ctx)
+	unbind := context.AfterFunc(s.life, func() { cancel(context.Cause(s.life)) })
+	return c, func() {
+		unbind()
+		cancel(nil)
+	}
+}
+
+// waitErr is the error that ends a wait on ctx: ctx's, then the cause of
+// the session's life; nil while both go on.
+func (s *Session) waitErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.life.Err() != nil {
+		return context.Cause(s.life)
+	}
+	return nil
+}
+
+// sleep is b.sleep for a wait on ctx, cut short by the session's end too.
+func (s *Session) sleep(ctx context.Context, b *backoff) bool {
+	c, stop := s.during(ctx)
+	defer stop()
+	return b.sleep(c)
+}
+
+// getDuring is s.get for a wait on ctx, cut short by the session's end
+// too.
+func (s *Session) getDuring(ctx context.Context, key string) (*clientv3.GetResponse, error) {
+	c, stop := s.during(ctx)
+	defer stop()
+	return s.get(c, key)
+}
+
+// judgeDuring is judge for a wait on ctx, cut short by the session's end
+// too.
+func judgeDuring(ctx context.Context, s *Session, r rule, key string, rev int64) (judgement, error) {
+	c, stop := s.during(ctx)
+	defer stop()
+	return judge(c, s, r, key, rev)
+}
 
 // liveness is how long the package trusts a connection to etcd that says
 // nothing. A connection can go silent without a reset (a NAT or firewall
