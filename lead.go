@@ -662,18 +662,13 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 	finc := fin.Done()
 	for {
 		select {
-		case <-wt.p.due():
-			if err := wt.p.ask(); err != nil {
-				return err
-			}
 		case wr, ok := <-wt.ch:
 			if !ok {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				return fmt.Errorf("concurrency: watch of %q closed", w.pfx)
+				// ctx ended, the stream was found silent (see probe), or
+				// clientv3 lost it.
+				return wt.closed(ctx, w.pfx)
 			}
-			wt.p.heard()
+			wt.st.heard()
 			if err := wr.Err(); err != nil {
 				return err
 			}
@@ -719,7 +714,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 			target = resp.Header.Revision
 			// Without events after seen, only a progress notification
 			// tells that there are none.
-			w.cli.RequestProgress(wt.p.ctx)
+			wt.requestProgress(ctx)
 		}
 		if target > 0 && seen >= target {
 			return nil

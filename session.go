@@ -61,6 +61,11 @@ type Session struct {
 	keys      keySet // lock keys this session uses or must clean up
 
 	ins *instruments // metrics and tracer; nil without (see metrics.go)
+
+	watchMu sync.Mutex // guards watches
+	// watches are the open watches of the session's waits, linked by
+	// sprev and snext: the end of its life ends them (see endWatches).
+	watches *watch
 }
 
 // keyState is what a session knows of one of its lock keys.
@@ -236,7 +241,12 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	// The session's contexts carry the caller's values but not its
 	// cancellation: the session cancels them itself, so that their cause
 	// always wraps ErrSessionExpired.
-	s.life, s.endLife = context.WithCancelCause(context.WithoutCancel(o.ctx))
+	life, endLife := context.WithCancelCause(context.WithoutCancel(o.ctx))
+	s.life = life
+	s.endLife = func(cause error) {
+		endLife(cause)
+		s.endWatches()
+	}
 	s.ctx, s.cancel = context.WithCancelCause(s.life)
 	s.deadline = deadlineAfter(sent, s.ttl)
 	if missing != nil {
@@ -260,6 +270,50 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 		go s.checkHealth(o.health)
 	}
 	return s, nil
+}
+
+// addWatch lists w, an open watch of one of the session's waits, so that
+// the end of the session's life ends it, and reports whether it did: not
+// once that life has ended.
+func (s *Session) addWatch(w *watch) bool {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if s.life.Err() != nil {
+		return false
+	}
+	w.s, w.snext = s, s.watches
+	if w.snext != nil {
+		w.snext.sprev = w
+	}
+	s.watches = w
+	return true
+}
+
+// dropWatch takes w, listed by addWatch, off the session's watches.
+func (s *Session) dropWatch(w *watch) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if w.sprev != nil {
+		w.sprev.snext = w.snext
+	} else {
+		s.watches = w.snext
+	}
+	if w.snext != nil {
+		w.snext.sprev = w.sprev
+	}
+	w.sprev, w.snext = nil, nil
+}
+
+// endWatches ends the open watches of the session's waits, once its life
+// has ended (see endLife): their waits return the life's cause. One list
+// per session, not a context.AfterFunc per watch (128 bytes per waiter),
+// nor a second channel in each watch's wait (see watchUntil).
+func (s *Session) endWatches() {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	for w := s.watches; w != nil; w = w.snext {
+		w.cancel()
+	}
 }
 
 // newSessionTimeout bounds NewSession's first round trip for a session

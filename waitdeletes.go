@@ -38,8 +38,8 @@ import (
 // waits: a context for the whole wait, with its map of children and its
 // done channel, cost about 460 bytes per waiter. Each read, sleep and
 // watch creation of the wait runs on a context made for that step (see
-// Session.during), and an open watch listens to the session's life itself
-// (see watchUntil).
+// Session.during), and the session's end ends its open watches (see
+// Session.endWatches).
 //
 // After each wake-up the waiter judges its place again with one
 // linearizable read (judge, in queue.go): its own key and the older keys
@@ -179,7 +179,7 @@ func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *ba
 	if !t.onPut {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	return watchUntil(ctx, s.life, s.client, s.live(), t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
+	return watchUntil(ctx, s, s.client, s.live(), t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if missed(wr, seenRev) {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
@@ -221,7 +221,7 @@ func waitRange(ctx context.Context, s *Session, over, wake string, seenRev int64
 	if wake == "" {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	err = watchUntil(ctx, s.life, s.client, s.live(), over, b, func(wr clientv3.WatchResponse) (bool, error) {
+	err = watchUntil(ctx, s, s.client, s.live(), over, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if missed(wr, seenRev) {
 			stop, seen, err := check()
 			if err != nil || stop {
@@ -290,104 +290,136 @@ func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key st
 // watchUntil watches key with opts until fn, called on each response in
 // order, returns true or an error. It returns nil when fn returned true,
 // fn's error, or the error that ended the watch (compaction, no leader,
-// lost connection, ctx). If life is not nil (a session's), its end ends
-// the watch too, with its cause. The watch requires a leader: on a member without
-// one it ends with an error instead of waiting for events that never come.
-// A watch that starts resets b, the backoff between failed watches.
+// lost connection, ctx). If s is not nil (the watch is a wait's), the end
+// of the session's life ends the watch too, with its cause (see
+// Session.endWatches). The watch requires a leader: on a member without
+// one it ends with an error instead of waiting for events that never
+// come. A watch that starts resets b, the backoff between failed watches.
 //
 // No part of it trusts a silent stream (see openWatch and probe): if etcd
 // does not create the watch in time, or the stream stops answering, it
 // returns an error matching errNoAnswer, for the caller to read again and
 // watch anew, on a new stream.
-func watchUntil(ctx, life context.Context, client *clientv3.Client, l liveness, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
-	w, err := openWatch(ctx, life, client, l, key, opts...)
+//
+// It waits on the watch's channel alone: whatever else ends the watch
+// (ctx, the session's end, the stream's probe) cancels the watch's
+// context, and clientv3 then closes the channel. Each more channel it
+// waited on would keep a runtime wait record (112 bytes) per waiter.
+func watchUntil(ctx context.Context, s *Session, client *clientv3.Client, l liveness, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
+	w, err := openWatch(ctx, s, client, l, key, opts...)
 	if err != nil {
 		return err
 	}
 	defer w.close()
-	var ended <-chan struct{} // nil: never
-	if life != nil {
-		ended = life.Done()
-	}
-	for {
-		select {
-		case <-ended:
-			return context.Cause(life)
-		case wr, ok := <-w.ch:
-			if !ok {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				return fmt.Errorf("%w: %q", errWatchClosed, key)
-			}
-			w.p.heard()
-			if err := wr.Err(); err != nil {
-				return err
-			}
-			if wr.Created {
-				b.reset()
-			}
-			if done, err := fn(wr); done || err != nil {
-				return err
-			}
-		case <-w.p.due():
-			if err := w.p.ask(); err != nil {
-				return err
-			}
+	for wr := range w.ch {
+		w.st.heard()
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		if wr.Created {
+			b.reset()
+		}
+		if done, err := fn(wr); done || err != nil {
+			return err
 		}
 	}
+	return w.closed(ctx, key)
 }
 
-// watch is an open watch of the package and the probe that watches its
-// stream.
+// watch is an open watch of the package, listed by its stream (whose probe
+// ends it if the stream goes silent) and, if it is a wait's, by its
+// session (whose end ends it). It is all a waiter keeps of the package's
+// liveness checks: the probe and its timer are the stream's.
 type watch struct {
 	ch     clientv3.WatchChan
-	p      *probe
-	cancel context.CancelFunc
+	cancel context.CancelFunc // ends the watch: clientv3 closes ch
+	st     *stream
+	// prev and next link the open watches of st; guarded by st.g.mu.
+	prev, next *watch
+	// s is the session whose end ends the watch, nil if none; sprev and
+	// snext link its open watches, guarded by s.watchMu.
+	s            *Session
+	sprev, snext *watch
 }
 
-// close ends the watch.
+// closed is the error of a watch whose channel has closed: ctx's, the
+// cause of the session's end, errNoAnswer if the stream's probe found it
+// silent, else errWatchClosed.
+func (w *watch) closed(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if w.s != nil && w.s.life.Err() != nil {
+		return context.Cause(w.s.life)
+	}
+	if err := w.st.silence(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %q", errWatchClosed, key)
+}
+
+// close ends the watch and takes it off its lists. A nil w is left alone.
 func (w *watch) close() {
-	w.p.stop()
+	if w == nil {
+		return
+	}
+	if w.s != nil {
+		w.s.dropWatch(w)
+	}
+	w.st.drop(w)
 	w.cancel()
 }
 
+// requestProgress asks the watch's stream for progress, on ctx.
+func (w *watch) requestProgress(ctx context.Context) {
+	w.st.g.client.RequestProgress(metadata.NewOutgoingContext(ctx, w.st.md))
+}
+
 // openWatch opens a watch of key with opts (and WithCreatedNotify) on the
-// client's current stream of the package. clientv3's Watch returns only
-// once etcd has created the watch (or its context ended): on a silent
-// stream, never. So openWatch waits l.wait at most; if etcd has not
-// answered by then, the stream is silent: it moves the client's stream on
-// (see watchContext) and returns an error matching errNoAnswer. If life
-// is not nil, its end ends the wait for the creation too, with its cause;
-// the open watch does not depend on it (see watchUntil).
-func openWatch(ctx, life context.Context, client *clientv3.Client, l liveness, key string, opts ...clientv3.OpOption) (*watch, error) {
+// client's current stream of the package (see joinStream). clientv3's Watch
+// returns only once etcd has created the watch (or its context ended): on
+// a silent stream, never. So openWatch waits l.wait at most; if etcd has
+// not answered by then, and nobody heard from the stream within l.wait
+// either, the stream is silent: it moves the client's stream on and
+// returns an error matching errNoAnswer. If s is not nil, the end of the
+// session's life ends the wait for the creation too, with its cause, and
+// the open watch is listed by the session (see Session.endWatches).
+func openWatch(ctx context.Context, s *Session, client *clientv3.Client, l liveness, key string, opts ...clientv3.OpOption) (*watch, error) {
 	opts = append(opts, clientv3.WithCreatedNotify())
 	for {
-		sctx, r := watchContext(ctx, client)
+		st, sctx := joinStream(ctx, client)
 		wctx, cancel := context.WithCancel(sctx)
 		unbind := func() bool { return true }
-		if life != nil {
-			unbind = context.AfterFunc(life, cancel)
+		if s != nil {
+			unbind = context.AfterFunc(s.life, cancel)
 		}
 		ch, ok := opened(wctx, cancel, client, l.wait, key, opts...)
 		ended := !unbind()
 		if ok && !ended {
-			r.heard()
-			return &watch{ch: ch, p: newProbe(wctx, client, l, key, r), cancel: cancel}, nil
+			w := &watch{ch: ch, cancel: cancel}
+			if s == nil || s.addWatch(w) {
+				st.add(w, key, l)
+				return w, nil
+			}
+			ended = true
 		}
 		cancel()
-		if err := ctx.Err(); err != nil {
+		err := ctx.Err()
+		switch {
+		case err != nil:
+		case ended:
+			err = context.Cause(s.life)
+		case !st.heardWithin(l.wait):
+			// clientv3 creates a stream's watches one at a time: behind
+			// many others, a watch may wait longer than l.wait on a
+			// stream that answers them. Only a stream nobody heard from
+			// is silent.
+			st.g.moveOn(st.key.n)
+			err = fmt.Errorf("%w: etcd did not create a watch of %q within %v", errNoAnswer, key, l.wait)
+		}
+		st.leave()
+		if err != nil {
 			return nil, err
-		}
-		if ended {
-			return nil, context.Cause(life)
-		}
-		// clientv3 creates a stream's watches one at a time: behind
-		// many others, a watch may wait longer than l.wait on a stream
-		// that answers them. Only a stream nobody heard from is silent.
-		if !r.heardWithin(l.wait) {
-			r.silent()
-			return nil, fmt.Errorf("%w: etcd did not create a watch of %q within %v", errNoAnswer, key, l.wait)
 		}
 	}
 }
@@ -479,40 +511,21 @@ func livenessFor(ttl time.Duration) liveness {
 	return liveness{idle: min(max(ttl/3, time.Second), 20*time.Second), wait: min(max(ttl/6, time.Second), 5*time.Second)}
 }
 
-// streamGen numbers the gRPC stream that carries the package's watches on
-// one client. clientv3 multiplexes every watch of a client whose context
-// has the same outgoing metadata onto one stream, and keeps that stream,
-// dead or not, while any of its watches lives. A watch that finds its
-// stream silent moves the number on (silent), so that the watches opened
-// after it on that client (its own again, and every other) go on a new
-// stream, which the balancer places on a connection of its choosing, while
-// those still on the silent stream move over as their own probes find it
-// silent.
+// streamGen numbers the gRPC streams that carry the package's watches on
+// one client, and holds those that have watches. clientv3 multiplexes
+// every watch of a client whose context has the same outgoing metadata
+// onto one stream, and keeps that stream, dead or not, while any of its
+// watches lives. When a stream is found silent (by its probe, or a watch
+// that etcd did not create in time) the number moves on (moveOn), so that
+// the watches opened after it on that client go on a new stream, which the
+// balancer places on a connection of its choosing; the probe ends the
+// watches left on the silent one, and their waits open them anew.
 type streamGen struct {
-	n       atomic.Int64 // the current stream's number
-	heardAt atomic.Int64 // when a watch of the current stream last heard from it (UnixNano), 0 if none has
-	// md is the metadata of the latest stream a watch was opened on,
-	// shared by its watches (see watchContext).
-	md atomic.Pointer[streamMD]
-}
+	client *clientv3.Client
+	n      atomic.Int64 // the current stream's number
 
-// streamMD is the outgoing metadata of the watches of stream number n.
-type streamMD struct {
-	n  int64
-	md metadata.MD
-}
-
-// mdOf returns the outgoing metadata of the watches of stream number n: a
-// leader required (see watchUntil) and the number. It is made once per
-// stream and shared by the stream's watches, which neither gRPC nor
-// clientv3 write to (a map per watch cost about 600 bytes per waiter).
-func (g *streamGen) mdOf(n int64) metadata.MD {
-	if m := g.md.Load(); m != nil && m.n == n {
-		return m.md
-	}
-	m := &streamMD{n: n, md: metadata.Pairs(rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader, watchStreamKey, strconv.FormatInt(n, 10))}
-	g.md.Store(m)
-	return m.md
+	mu      sync.Mutex // guards streams and, in each stream, what its comment says
+	streams map[streamKey]*stream
 }
 
 // streamGens holds the streamGen of each client with watches of the
@@ -524,66 +537,185 @@ func genOf(client *clientv3.Client) *streamGen {
 	if g, ok := streamGens.Load(client); ok {
 		return g.(*streamGen)
 	}
-	g, loaded := streamGens.LoadOrStore(client, new(streamGen))
+	g, loaded := streamGens.LoadOrStore(client, &streamGen{client: client})
 	if !loaded {
 		context.AfterFunc(client.Ctx(), func() { streamGens.Delete(client) })
 	}
 	return g.(*streamGen)
 }
 
-// streamRef is one stream of a client: its streamGen and number.
-type streamRef struct {
-	g *streamGen
-	n int64
-}
-
-// silent moves the client's stream on, unless another watch of the same
-// stream did already.
-func (r streamRef) silent() {
-	if r.g.n.CompareAndSwap(r.n, r.n+1) {
-		r.g.heardAt.Store(0)
-	}
-}
-
-// heard records that a watch heard from the stream.
-func (r streamRef) heard() {
-	if r.g.n.Load() == r.n {
-		r.g.heardAt.Store(time.Now().UnixNano())
-	}
-}
-
-// heardWithin reports whether a watch of the stream heard from it within
-// the last d: the stream is alive, if busy.
-func (r streamRef) heardWithin(d time.Duration) bool {
-	at := r.g.heardAt.Load()
-	return r.g.n.Load() == r.n && at != 0 && time.Since(time.Unix(0, at)) < d
-}
+// moveOn moves the client's stream on from number n, unless that was done
+// already.
+func (g *streamGen) moveOn(n int64) { g.n.CompareAndSwap(n, n+1) }
 
 // watchStreamKey is the metadata key that carries a stream's number. etcd
 // ignores it; clientv3 picks a watch's stream by its context's metadata.
 const watchStreamKey = "concurrency-watch-stream"
 
-// watchContext is the context for a watch of the package on client: it
-// requires a leader (see watchUntil) and names the client's current
-// stream, which it returns too. The metadata is the stream's own (see
-// mdOf), unless ctx carries outgoing metadata of the caller's, which is
-// kept: clientv3 puts the watch on a stream of its own for it, as before.
-func watchContext(ctx context.Context, client *clientv3.Client) (context.Context, streamRef) {
-	g := genOf(client)
-	r := streamRef{g: g, n: g.n.Load()}
-	if _, ok := metadata.FromOutgoingContext(ctx); ok {
-		return metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), watchStreamKey, strconv.FormatInt(r.n, 10)), r
-	}
-	return metadata.NewOutgoingContext(ctx, g.mdOf(r.n)), r
+// streamKey names one stream of a client: its number and, for watches
+// whose context carries outgoing metadata of the caller's (which clientv3
+// puts on a stream of their own), that metadata as clientv3 keys it.
+type streamKey struct {
+	n  int64
+	md string // "" if the caller's context has no outgoing metadata
 }
 
-// probe keeps a watch from trusting a silent stream. Every response the
-// watch receives shows the stream alive (heard). Once the watch has heard
-// nothing for idle to 1.5 idle (at random), it asks the stream for
-// progress: etcd answers on the stream, and clientv3 hands the answer (a
-// progress notification) to every watch of the stream. So a stream of
-// many idle watches costs about one progress request per idle, not one
-// per watch: each watch that hears another's answer waits again.
+// stream is one gRPC stream of the package's watches on a client, and the
+// probe that keeps them from trusting it once it is silent.
+type stream struct {
+	g   *streamGen
+	key streamKey
+	// md is the outgoing metadata of the stream's watches: a leader
+	// required (see watchUntil), the stream's number, and the caller's
+	// own metadata if any. It is made once per stream and shared by its
+	// watches, which neither gRPC nor clientv3 write to (a map per watch
+	// cost about 550 bytes per waiter).
+	md      metadata.MD
+	heardAt atomic.Int64 // when a watch of the stream last heard from it (UnixNano); 0 if none has
+
+	// Guarded by g.mu:
+	users   int    // watches open or being opened on the stream; forgotten at 0
+	watches *watch // the open watches, linked by prev and next
+	confirm string // the key of a watch etcd created on the stream, for the probe's confirming watch
+	// l is the shortest liveness of the watches opened on the stream since
+	// it last had none: the probe serves the most demanding.
+	l      liveness
+	p      *probe // while the stream has open watches; nil otherwise
+	silent error  // the probe found the stream silent: why; nil if not
+}
+
+// joinStream returns the client's current stream for ctx's outgoing metadata,
+// counting one more watch being opened on it (see leave), and ctx with the
+// stream's metadata.
+func joinStream(ctx context.Context, client *clientv3.Client) (*stream, context.Context) {
+	g := genOf(client)
+	own, hasOwn := metadata.FromOutgoingContext(ctx) // a copy
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	key := streamKey{n: g.n.Load()}
+	if hasOwn {
+		own.Set(rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader)
+		own.Set(watchStreamKey, strconv.FormatInt(key.n, 10))
+		key.md = fmt.Sprintf("%+v", map[string][]string(own))
+	}
+	st := g.streams[key]
+	if st == nil {
+		md := own
+		if !hasOwn {
+			md = metadata.Pairs(rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader, watchStreamKey, strconv.FormatInt(key.n, 10))
+		}
+		st = &stream{g: g, key: key, md: md}
+		if g.streams == nil {
+			g.streams = make(map[streamKey]*stream)
+		}
+		g.streams[key] = st
+	}
+	st.users++
+	return st, metadata.NewOutgoingContext(ctx, st.md)
+}
+
+// leaveLocked undoes joinStream for a watch that was not opened, or has been
+// dropped. The caller holds g.mu.
+func (st *stream) leaveLocked() {
+	st.users--
+	if st.users == 0 && st.g.streams[st.key] == st {
+		delete(st.g.streams, st.key)
+	}
+}
+
+// leave is leaveLocked for a caller that does not hold g.mu.
+func (st *stream) leave() {
+	st.g.mu.Lock()
+	defer st.g.mu.Unlock()
+	st.leaveLocked()
+}
+
+// heard records that a watch heard from the stream.
+func (st *stream) heard() { st.heardAt.Store(time.Now().UnixNano()) }
+
+// heardWithin reports whether a watch of the stream heard from it within
+// the last d: the stream is alive, if busy.
+func (st *stream) heardWithin(d time.Duration) bool {
+	at := st.heardAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < d
+}
+
+// silence is why the probe ended the stream's watches, nil if it did not.
+func (st *stream) silence() error {
+	st.g.mu.Lock()
+	defer st.g.mu.Unlock()
+	return st.silent
+}
+
+// add lists w, which etcd has just created on the stream as a watch of
+// key, for a wait with liveness l, and starts the stream's probe if w is
+// its first open watch.
+func (st *stream) add(w *watch, key string, l liveness) {
+	st.heard()
+	st.g.mu.Lock()
+	defer st.g.mu.Unlock()
+	w.st = st
+	if st.silent != nil {
+		// Created as the probe gave the stream up: end it too, for its
+		// wait to watch anew on the client's next stream.
+		w.cancel()
+	}
+	w.next = st.watches
+	if w.next != nil {
+		w.next.prev = w
+	}
+	st.watches = w
+	st.confirm = key
+	if st.p == nil {
+		st.l = l
+		st.p = newProbe(st)
+		return
+	}
+	if l.idle < st.l.idle || l.wait < st.l.wait {
+		st.l = liveness{idle: min(l.idle, st.l.idle), wait: min(l.wait, st.l.wait)}
+		if st.p.asked.IsZero() && st.p.running == nil {
+			st.p.t.Reset(st.p.untilAsk())
+		}
+	}
+}
+
+// drop takes w off the stream's watches. If it was the last, it stops the
+// probe and waits for a run of it in progress to end, so that the probe
+// never sends a request on a stream without watches (clientv3 would open
+// the stream anew for it, and keep it until the client closes).
+func (st *stream) drop(w *watch) {
+	st.g.mu.Lock()
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		st.watches = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
+	var running chan struct{}
+	if st.watches == nil && st.p != nil {
+		running = st.p.halt()
+		st.p = nil
+	}
+	st.leaveLocked()
+	st.g.mu.Unlock()
+	if running != nil {
+		<-running
+	}
+}
+
+// probe keeps the watches of a stream from trusting it once it is silent.
+// It is the stream's, from its first open watch to the close of its last
+// (one per stream, not per watch: a probe per watch, with its timer and a
+// second channel in each watch's wait, cost about 460 bytes per waiter).
+// Every response a watch of the stream receives shows the stream alive
+// (heard). Once the stream has said nothing for idle to 1.5 idle (at
+// random), the probe asks it for progress: etcd answers on the stream, and
+// clientv3 hands the answer (a progress notification) to every watch of
+// it. So an idle stream costs about one progress request per idle,
+// whatever its number of watches.
 //
 // etcd leaves a progress request unanswered on a live stream too: while
 // one of its watches catches up on old events or waits for a revision not
@@ -592,82 +724,116 @@ func watchContext(ctx context.Context, client *clientv3.Client) (context.Context
 // clientv3 resumes the watches of a stream that reconnects from the
 // revision after the last event it heard), and always behind etcd's gRPC
 // proxy, which drops progress requests. So if no answer comes within
-// wait, the probe makes sure: it opens a watch on the same stream, which
-// etcd and the proxy create at once on a live stream, and closes it. Only
-// if that goes unanswered within wait too is the stream silent: ask moves
-// the client's stream on and returns errNoAnswer. A silent stream is given
-// up within 1.5 idle + 2 wait of the last word heard on it. The watches of
-// a stream share what they hear (see streamGen): a watch whose stream
-// another watch heard from lately asks nothing, so an idle stream costs
-// about one progress request per idle, and a watch that etcd is slow to
-// create behind many others on a stream that answers them is not taken
-// for silent.
+// wait, the probe makes sure: it opens a watch on the stream, which etcd
+// and the proxy create at once on a live stream, and closes it. Only if
+// that goes unanswered within wait too is the stream silent: the probe
+// moves the client's stream on and ends every watch of the stream, whose
+// waits then see errNoAnswer (see watch.closed), read again and watch
+// anew. A silent stream is given up within 1.5 idle + 2 wait of the last
+// word heard on it. A watch that etcd is slow to create behind many
+// others is not a member until created (see openWatch): creation is not
+// silence.
+//
+// The probe runs on a timer of its own (time.AfterFunc), one run at a
+// time; its owner is the stream, whose last watch stops it and waits for
+// a run in progress (see drop), each run bounded by wait.
 type probe struct {
-	ctx    context.Context // the watch's: its metadata names the stream
-	client *clientv3.Client
-	l      liveness
-	key    string    // the watch's key, for the confirming watch
-	stream streamRef // the stream (see watchContext)
-	t      *time.Timer
-	asked  bool // a progress request is out
+	st   *stream
+	ctx  context.Context // the stream's metadata; ended by stop
+	stop context.CancelFunc
+	t    *time.Timer
+	// Guarded by st.g.mu:
+	asked   time.Time     // when a progress request went out, unanswered yet; zero if none
+	running chan struct{} // closed when the run in progress ends; nil if none runs
 }
 
-func newProbe(ctx context.Context, client *clientv3.Client, l liveness, key string, stream streamRef) *probe {
-	p := &probe{ctx: ctx, client: client, l: l, key: key, stream: stream}
-	p.t = time.NewTimer(p.idle())
+// newProbe starts the probe of st, which has just had its first watch
+// created. The caller holds st.g.mu.
+func newProbe(st *stream) *probe {
+	ctx, stop := context.WithCancel(metadata.NewOutgoingContext(st.g.client.Ctx(), st.md))
+	p := &probe{st: st, ctx: ctx, stop: stop}
+	p.t = time.AfterFunc(p.untilAsk(), p.run)
 	return p
 }
 
-// idle is how long the watch waits for a word before it asks: idle to 1.5
-// idle, so that the watches of a stream do not ask together.
-func (p *probe) idle() time.Duration { return p.l.idle + rand.N(p.l.idle/2) }
-
-// due is the channel on which the probe's timer fires.
-func (p *probe) due() <-chan time.Time { return p.t.C }
-
-// heard records a response on the stream.
-func (p *probe) heard() {
-	p.stream.heard()
-	p.asked = false
-	p.t.Reset(p.idle())
+// untilAsk is how long from now the probe waits before it asks: until the
+// stream has said nothing for idle to 1.5 idle (at random), counted from
+// the last word heard on it. The caller holds st.g.mu.
+func (p *probe) untilAsk() time.Duration {
+	l := p.st.l
+	return time.Until(time.Unix(0, p.st.heardAt.Load()).Add(l.idle + rand.N(l.idle/2)))
 }
 
-// ask is called when the timer fires: it sends a progress request if none
-// is out, and otherwise makes sure the stream is alive (see probe). A
-// stream that another watch heard from lately (since this one asked, if
-// it did) needs neither.
-func (p *probe) ask() error {
-	lately := p.l.idle
-	if p.asked {
-		lately = p.l.wait
+// halt stops p's timer and ends its requests, and returns the channel
+// that a run in progress closes when it ends (nil if none runs). The
+// caller holds st.g.mu.
+func (p *probe) halt() chan struct{} {
+	p.t.Stop()
+	p.stop()
+	return p.running
+}
+
+// run is the probe's timer: it sends a progress request if none is out,
+// and otherwise makes sure the stream is alive (see probe). A stream
+// heard from lately (since the request, if one is out) needs neither.
+func (p *probe) run() {
+	st := p.st
+	g := st.g
+	g.mu.Lock()
+	if st.p != p || p.running != nil {
+		g.mu.Unlock()
+		return
 	}
-	if p.stream.heardWithin(lately) {
-		p.asked = false
-		p.t.Reset(p.idle())
-		return nil
+	l := st.l
+	asked := !p.asked.IsZero()
+	if asked && st.heardAt.Load() > p.asked.UnixNano() || !asked && st.heardWithin(l.idle) {
+		p.asked = time.Time{}
+		p.t.Reset(p.untilAsk())
+		g.mu.Unlock()
+		return
 	}
-	if !p.asked {
-		p.asked = true
-		p.t.Reset(p.l.wait)
-		rctx, cancel := context.WithTimeout(p.ctx, p.l.wait)
-		err := p.client.RequestProgress(rctx)
+	if !asked {
+		p.asked = time.Now()
+	}
+	running := make(chan struct{})
+	p.running = running
+	key := st.confirm
+	g.mu.Unlock()
+
+	alive := false
+	if !asked {
+		rctx, cancel := context.WithTimeout(p.ctx, l.wait)
+		err := g.client.RequestProgress(rctx)
 		cancel()
-		if err == nil || p.ctx.Err() != nil {
-			return nil
-		}
-		// The request could not even be queued on the stream.
+		// An error with p.ctx alive: the request could not even be
+		// queued on the stream.
+		alive = err == nil
 	} else {
 		cctx, cancel := context.WithCancel(p.ctx)
-		_, ok := opened(cctx, cancel, p.client, p.l.wait, p.key, clientv3.WithCreatedNotify())
+		_, alive = opened(cctx, cancel, g.client, l.wait, key, clientv3.WithCreatedNotify())
 		cancel()
-		if ok || p.ctx.Err() != nil {
-			p.heard()
-			return nil
+		if alive {
+			st.heard()
 		}
 	}
-	p.stream.silent()
-	return fmt.Errorf("%w: the watch stream said nothing for %v", errNoAnswer, p.l.idle+2*p.l.wait)
-}
 
-// stop stops the probe's timer.
-func (p *probe) stop() { p.t.Stop() }
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p.running = nil
+	close(running)
+	switch {
+	case st.p != p || p.ctx.Err() != nil:
+		// Stopped: the stream has no watch left.
+	case alive && !asked:
+		p.t.Reset(time.Until(p.asked.Add(l.wait)))
+	case alive:
+		p.asked = time.Time{}
+		p.t.Reset(p.untilAsk())
+	default:
+		g.moveOn(st.key.n)
+		st.silent = fmt.Errorf("%w: the watch stream said nothing for %v", errNoAnswer, l.idle+2*l.wait)
+		for w := st.watches; w != nil; w = w.next {
+			w.cancel()
+		}
+	}
+}
