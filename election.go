@@ -59,7 +59,7 @@ type Election struct {
 	key string // pfx and the session's lease ID in hex: the key Campaign writes
 	err error  // invalid ResumeElection arguments, returned by every method
 
-	gate gate // entered while a goroutine runs Campaign
+	gate gate // entered while a goroutine runs Campaign; guarded by mu
 
 	// opMu serialises Proclaim and Resign, and is held for their round
 	// trips, so that mu, which the getters take, never is.
@@ -82,9 +82,11 @@ type Election struct {
 // empty name is reported by the Election's methods, with ErrNilSession or
 // ErrInvalidPrefix.
 func NewElection(s *Session, pfx string) *Election {
-	e := &Election{s: s, pfx: prefix(pfx)}
+	e := &Election{s: s}
 	if s != nil {
-		e.key = leaseKey(e.pfx, s.Lease())
+		e.pfx, e.key = prefixedKey(pfx, s.Lease())
+	} else {
+		e.pfx = prefix(pfx)
 	}
 	created(s, e.pfx, kindElection)
 	return e
@@ -169,10 +171,14 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 	if err := e.validate(); err != nil {
 		return err
 	}
-	if _, err := e.gate.enter(ctx, true); err != nil {
+	if _, err := e.gate.enter(&e.mu, ctx, true); err != nil {
 		return err
 	}
-	defer e.gate.leave()
+	defer func() {
+		e.mu.Lock()
+		e.gate.leave()
+		e.mu.Unlock()
+	}()
 
 	e.mu.Lock()
 	leader := e.leader
