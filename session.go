@@ -70,7 +70,7 @@ type Session struct {
 
 // keyState is what a session knows of one of its lock keys.
 type keyState struct {
-	users int // Mutexes and Elections of this session using the key
+	users int32 // Mutexes and Elections of this session using the key (int32: with stale, one word)
 	// stale: deleting the key failed; the cleanup goroutine retries, by
 	// create revision rev (0: by lease).
 	stale bool
