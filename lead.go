@@ -656,7 +656,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 	if err != nil {
 		return err
 	}
-	defer func() { wt.close() }()
+	defer func() { wt.close(nil) }()
 	replayed := false
 	seen, target := rev, int64(0) // target: etcd's revision once fin ended
 	finc := fin.Done()
@@ -666,7 +666,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 			if !ok {
 				// ctx ended, the stream was found silent (see probe), or
 				// clientv3 lost it.
-				return wt.closed(ctx, w.pfx)
+				return wt.closed(ctx, nil, w.pfx)
 			}
 			wt.st.heard()
 			if err := wr.Err(); err != nil {
@@ -676,7 +676,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 				// Something was written between the read and the watch
 				// (see missed): etcd has written rev+1 by now, so watch
 				// again from it, to apply every event after the read.
-				wt.close()
+				wt.close(nil)
 				replayed = true
 				if wt, err = openWatch(ctx, nil, w.cli, w.l, w.pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1)); err != nil {
 					return err

@@ -281,7 +281,7 @@ func (s *Session) addWatch(w *watch) bool {
 	if s.life.Err() != nil {
 		return false
 	}
-	w.s, w.snext = s, s.watches
+	w.snext = s.watches
 	if w.snext != nil {
 		w.snext.sprev = w
 	}

@@ -310,7 +310,7 @@ func watchUntil(ctx context.Context, s *Session, client *clientv3.Client, l live
 	if err != nil {
 		return err
 	}
-	defer w.close()
+	defer w.close(s)
 	for wr := range w.ch {
 		w.st.heard()
 		if err := wr.Err(); err != nil {
@@ -323,7 +323,7 @@ func watchUntil(ctx context.Context, s *Session, client *clientv3.Client, l live
 			return err
 		}
 	}
-	return w.closed(ctx, key)
+	return w.closed(ctx, s, key)
 }
 
 // watch is an open watch of the package, listed by its stream (whose probe
@@ -334,23 +334,27 @@ type watch struct {
 	ch     clientv3.WatchChan
 	cancel context.CancelFunc // ends the watch: clientv3 closes ch
 	st     *stream
-	// prev and next link the open watches of st; guarded by st.g.mu.
+	// prev and next link the watches of st that etcd is creating, then
+	// its open watches; guarded by st.g.mu.
 	prev, next *watch
-	// s is the session whose end ends the watch, nil if none; sprev and
-	// snext link its open watches, guarded by s.watchMu.
-	s            *Session
+	// sprev and snext link the open watches of the session whose end ends
+	// the watch (see Session.addWatch); guarded by its watchMu.
 	sprev, snext *watch
+	// deadline is when the creation of the watch is given up (UnixNano),
+	// while etcd creates it; 0 once given up (see stream.create).
+	// Guarded by st.g.mu.
+	deadline int64
 }
 
 // closed is the error of a watch whose channel has closed: ctx's, the
-// cause of the session's end, errNoAnswer if the stream's probe found it
-// silent, else errWatchClosed.
-func (w *watch) closed(ctx context.Context, key string) error {
+// cause of the end of s (the session whose wait it is, if not nil),
+// errNoAnswer if the stream's probe found it silent, else errWatchClosed.
+func (w *watch) closed(ctx context.Context, s *Session, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if w.s != nil && w.s.life.Err() != nil {
-		return context.Cause(w.s.life)
+	if s != nil && s.life.Err() != nil {
+		return context.Cause(s.life)
 	}
 	if err := w.st.silence(); err != nil {
 		return err
@@ -358,13 +362,14 @@ func (w *watch) closed(ctx context.Context, key string) error {
 	return fmt.Errorf("%w: %q", errWatchClosed, key)
 }
 
-// close ends the watch and takes it off its lists. A nil w is left alone.
-func (w *watch) close() {
+// close ends the watch and takes it off its lists (that of s, the session
+// it was opened for, if not nil). A nil w is left alone.
+func (w *watch) close(s *Session) {
 	if w == nil {
 		return
 	}
-	if w.s != nil {
-		w.s.dropWatch(w)
+	if s != nil {
+		s.dropWatch(w)
 	}
 	w.st.drop(w)
 	w.cancel()
@@ -393,10 +398,11 @@ func openWatch(ctx context.Context, s *Session, client *clientv3.Client, l liven
 		if s != nil {
 			unbind = context.AfterFunc(s.life, cancel)
 		}
-		ch, ok := opened(wctx, cancel, client, l.wait, key, opts...)
+		w := &watch{cancel: cancel}
+		ch, ok := st.create(w, wctx, l.wait, key, opts...)
 		ended := !unbind()
 		if ok && !ended {
-			w := &watch{ch: ch, cancel: cancel}
+			w.ch = ch
 			if s == nil || s.addWatch(w) {
 				st.add(w, key, l)
 				return w, nil
@@ -422,14 +428,6 @@ func openWatch(ctx context.Context, s *Session, client *clientv3.Client, l liven
 			return nil, err
 		}
 	}
-}
-
-// opened opens a watch on wctx and reports whether etcd created it
-// within wait; if not, it has called cancel, which must end wctx.
-func opened(wctx context.Context, cancel context.CancelFunc, client *clientv3.Client, wait time.Duration, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, bool) {
-	t := time.AfterFunc(wait, cancel)
-	ch := client.Watch(wctx, key, opts...)
-	return ch, t.Stop() && wctx.Err() == nil
 }
 
 // errWatchClosed is the error of a watch whose channel closed without an
@@ -583,6 +581,12 @@ type stream struct {
 	l      liveness
 	p      *probe // while the stream has open watches; nil otherwise
 	silent error  // the probe found the stream silent: why; nil if not
+	// creating are the watches etcd is creating on the stream, linked by
+	// prev and next; expiry gives up those past their deadline (see
+	// create), armed for expiresAt (UnixNano; 0: not armed).
+	creating  *watch
+	expiry    *time.Timer
+	expiresAt int64
 }
 
 // joinStream returns the client's current stream for ctx's outgoing metadata,
@@ -648,6 +652,86 @@ func (st *stream) leave() {
 	st.g.mu.Lock()
 	defer st.g.mu.Unlock()
 	st.leaveLocked()
+}
+
+// create opens w, a watch of key with opts on wctx, which w.cancel ends,
+// and reports whether etcd created it within wait; if not, it has ended
+// wctx. clientv3's Watch returns only once etcd has created the watch or
+// wctx has ended. One timer of the stream gives up the creations in
+// progress on it (see expire), not a timer per creation (a stopped timer
+// lingers in the runtime's heap of timers until it is cleaned).
+func (st *stream) create(w *watch, wctx context.Context, wait time.Duration, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, bool) {
+	st.pend(w, wait)
+	ch := st.g.client.Watch(wctx, key, opts...)
+	return ch, st.unpend(w) && wctx.Err() == nil
+}
+
+// pend lists w among the watches being created, to be given up after
+// wait.
+func (st *stream) pend(w *watch, wait time.Duration) {
+	st.g.mu.Lock()
+	defer st.g.mu.Unlock()
+	w.deadline = time.Now().Add(wait).UnixNano()
+	w.next = st.creating
+	if w.next != nil {
+		w.next.prev = w
+	}
+	st.creating = w
+	switch {
+	case st.expiry == nil:
+		st.expiry = time.AfterFunc(wait, st.expire)
+	case st.expiresAt == 0 || w.deadline < st.expiresAt:
+		st.expiry.Reset(wait)
+	default:
+		return
+	}
+	st.expiresAt = w.deadline
+}
+
+// unpend takes w off the watches being created, and reports whether its
+// creation was not given up.
+func (st *stream) unpend(w *watch) bool {
+	st.g.mu.Lock()
+	defer st.g.mu.Unlock()
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		st.creating = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
+	inTime := w.deadline != 0
+	w.deadline = 0
+	if st.creating == nil && st.expiresAt != 0 {
+		st.expiry.Stop()
+		st.expiresAt = 0
+	}
+	return inTime
+}
+
+// expire is the stream's timer of creations: it gives up those past their
+// deadline (their Watch returns) and waits for the next deadline.
+func (st *stream) expire() {
+	st.g.mu.Lock()
+	defer st.g.mu.Unlock()
+	now := time.Now().UnixNano()
+	next := int64(0)
+	for w := st.creating; w != nil; w = w.next {
+		switch {
+		case w.deadline == 0:
+		case w.deadline <= now:
+			w.deadline = 0
+			w.cancel()
+		case next == 0 || w.deadline < next:
+			next = w.deadline
+		}
+	}
+	st.expiresAt = next
+	if next != 0 {
+		st.expiry.Reset(time.Duration(next - now))
+	}
 }
 
 // heard records that a watch heard from the stream.
@@ -830,7 +914,7 @@ func (p *probe) run() {
 		alive = err == nil
 	} else {
 		cctx, cancel := context.WithCancel(p.ctx)
-		_, alive = opened(cctx, cancel, g.client, l.wait, key, clientv3.WithCreatedNotify())
+		_, alive = st.create(&watch{cancel: cancel}, cctx, l.wait, key, clientv3.WithCreatedNotify())
 		cancel()
 		if alive {
 			st.heard()
