@@ -759,23 +759,23 @@ func (st *stream) add(w *watch, key string, l liveness) {
 	st.g.mu.Lock()
 	defer st.g.mu.Unlock()
 	w.st = st
-	if st.silent != nil {
-		// Created as the probe gave the stream up: end it too, for its
-		// wait to watch anew on the client's next stream.
-		w.cancel()
-	}
 	w.next = st.watches
 	if w.next != nil {
 		w.next.prev = w
 	}
 	st.watches = w
 	st.confirm = key
-	if st.p == nil {
+	switch {
+	case st.silent != nil:
+		// Created as the probe gave the stream up: end it too, for its
+		// wait to watch anew on the client's next stream. No probe
+		// starts on a silent stream.
+		w.cancel()
+		return
+	case st.p == nil:
 		st.l = l
 		st.p = newProbe(st)
-		return
-	}
-	if l.idle < st.l.idle || l.wait < st.l.wait {
+	case l.idle < st.l.idle || l.wait < st.l.wait:
 		st.l = liveness{idle: min(l.idle, st.l.idle), wait: min(l.wait, st.l.wait)}
 		if st.p.asked.IsZero() && st.p.running == nil {
 			st.p.t.Reset(st.p.untilAsk())
