@@ -64,7 +64,7 @@ type Session struct {
 
 	watchMu sync.Mutex // guards watches
 	// watches are the open watches of the session's waits, linked by
-	// sprev and snext: the end of its life ends them (see endWatches).
+	// their inSession: the end of its life ends them (see endWatches).
 	watches *watch
 }
 
@@ -281,11 +281,7 @@ func (s *Session) addWatch(w *watch) bool {
 	if s.life.Err() != nil {
 		return false
 	}
-	w.snext = s.watches
-	if w.snext != nil {
-		w.snext.sprev = w
-	}
-	s.watches = w
+	push(&s.watches, w, sessionLinks)
 	return true
 }
 
@@ -293,15 +289,7 @@ func (s *Session) addWatch(w *watch) bool {
 func (s *Session) dropWatch(w *watch) {
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
-	if w.sprev != nil {
-		w.sprev.snext = w.snext
-	} else {
-		s.watches = w.snext
-	}
-	if w.snext != nil {
-		w.snext.sprev = w.sprev
-	}
-	w.sprev, w.snext = nil, nil
+	unlink(&s.watches, w, sessionLinks)
 }
 
 // endWatches ends the open watches of the session's waits, once its life
@@ -311,7 +299,7 @@ func (s *Session) dropWatch(w *watch) {
 func (s *Session) endWatches() {
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
-	for w := s.watches; w != nil; w = w.snext {
+	for w := s.watches; w != nil; w = w.inSession.next {
 		w.cancel()
 	}
 }

@@ -334,16 +334,49 @@ type watch struct {
 	ch     clientv3.WatchChan
 	cancel context.CancelFunc // ends the watch: clientv3 closes ch
 	st     *stream
-	// prev and next link the watches of st that etcd is creating, then
-	// its open watches; guarded by st.g.mu.
-	prev, next *watch
-	// sprev and snext link the open watches of the session whose end ends
-	// the watch (see Session.addWatch); guarded by its watchMu.
-	sprev, snext *watch
+	// inStream links the watches of st that etcd is creating, then its
+	// open watches; guarded by st.g.mu.
+	inStream links
+	// inSession links the open watches of the session whose end ends the
+	// watch (see Session.addWatch); guarded by its watchMu.
+	inSession links
 	// deadline is when the creation of the watch is given up (UnixNano),
 	// while etcd creates it; 0 once given up (see stream.create).
 	// Guarded by st.g.mu.
 	deadline int64
+}
+
+// links are a watch's place in a list of watches.
+type links struct{ prev, next *watch }
+
+// streamLinks and sessionLinks are w's links in its stream's lists and in
+// its session's.
+func streamLinks(w *watch) *links  { return &w.inStream }
+func sessionLinks(w *watch) *links { return &w.inSession }
+
+// push puts w first in the list that begins at *first, linked through
+// the links of its that at returns.
+func push(first **watch, w *watch, at func(*watch) *links) {
+	at(w).next = *first
+	if *first != nil {
+		at(*first).prev = w
+	}
+	*first = w
+}
+
+// unlink takes w out of the list that begins at *first, linked through
+// the links of its that at returns.
+func unlink(first **watch, w *watch, at func(*watch) *links) {
+	l := at(w)
+	if l.prev != nil {
+		at(l.prev).next = l.next
+	} else {
+		*first = l.next
+	}
+	if l.next != nil {
+		at(l.next).prev = l.prev
+	}
+	*l = links{}
 }
 
 // closed is the error of a watch whose channel has closed: ctx's, the
@@ -574,7 +607,7 @@ type stream struct {
 
 	// Guarded by g.mu:
 	users   int    // watches open or being opened on the stream; forgotten at 0
-	watches *watch // the open watches, linked by prev and next
+	watches *watch // the open watches, linked by inStream
 	confirm string // the key of a watch etcd created on the stream, for the probe's confirming watch
 	// l is the shortest liveness of the watches opened on the stream since
 	// it last had none: the probe serves the most demanding.
@@ -582,7 +615,7 @@ type stream struct {
 	p      *probe // while the stream has open watches; nil otherwise
 	silent error  // the probe found the stream silent: why; nil if not
 	// creating are the watches etcd is creating on the stream, linked by
-	// prev and next; expiry gives up those past their deadline (see
+	// inStream; expiry gives up those past their deadline (see
 	// create), armed for expiresAt (UnixNano; 0: not armed).
 	creating  *watch
 	expiry    *time.Timer
@@ -672,11 +705,7 @@ func (st *stream) pend(w *watch, wait time.Duration) {
 	st.g.mu.Lock()
 	defer st.g.mu.Unlock()
 	w.deadline = time.Now().Add(wait).UnixNano()
-	w.next = st.creating
-	if w.next != nil {
-		w.next.prev = w
-	}
-	st.creating = w
+	push(&st.creating, w, streamLinks)
 	switch {
 	case st.expiry == nil:
 		st.expiry = time.AfterFunc(wait, st.expire)
@@ -693,15 +722,7 @@ func (st *stream) pend(w *watch, wait time.Duration) {
 func (st *stream) unpend(w *watch) bool {
 	st.g.mu.Lock()
 	defer st.g.mu.Unlock()
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		st.creating = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	}
-	w.prev, w.next = nil, nil
+	unlink(&st.creating, w, streamLinks)
 	inTime := w.deadline != 0
 	w.deadline = 0
 	if st.creating == nil && st.expiresAt != 0 {
@@ -718,7 +739,7 @@ func (st *stream) expire() {
 	defer st.g.mu.Unlock()
 	now := time.Now().UnixNano()
 	next := int64(0)
-	for w := st.creating; w != nil; w = w.next {
+	for w := st.creating; w != nil; w = w.inStream.next {
 		switch {
 		case w.deadline == 0:
 		case w.deadline <= now:
@@ -759,11 +780,7 @@ func (st *stream) add(w *watch, key string, l liveness) {
 	st.g.mu.Lock()
 	defer st.g.mu.Unlock()
 	w.st = st
-	w.next = st.watches
-	if w.next != nil {
-		w.next.prev = w
-	}
-	st.watches = w
+	push(&st.watches, w, streamLinks)
 	st.confirm = key
 	switch {
 	case st.silent != nil:
@@ -789,15 +806,7 @@ func (st *stream) add(w *watch, key string, l liveness) {
 // the stream anew for it, and keep it until the client closes).
 func (st *stream) drop(w *watch) {
 	st.g.mu.Lock()
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		st.watches = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	}
-	w.prev, w.next = nil, nil
+	unlink(&st.watches, w, streamLinks)
 	var running chan struct{}
 	if st.watches == nil && st.p != nil {
 		running = st.p.halt()
@@ -936,7 +945,7 @@ func (p *probe) run() {
 	default:
 		g.moveOn(st.key.n)
 		st.silent = fmt.Errorf("%w: the watch stream said nothing for %v", errNoAnswer, l.idle+2*l.wait)
-		for w := st.watches; w != nil; w = w.next {
+		for w := st.watches; w != nil; w = w.inStream.next {
 			w.cancel()
 		}
 	}
