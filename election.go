@@ -59,7 +59,7 @@ type Election struct {
 	key string // pfx and the session's lease ID in hex: the key Campaign writes
 	err error  // invalid ResumeElection arguments, returned by every method
 
-	sem chan struct{} // holds one token while a goroutine runs Campaign
+	gate gate // entered while a goroutine runs Campaign; guarded by mu
 
 	// opMu serialises Proclaim and Resign, and is held for their round
 	// trips, so that mu, which the getters take, never is.
@@ -82,9 +82,11 @@ type Election struct {
 // empty name is reported by the Election's methods, with ErrNilSession or
 // ErrInvalidPrefix.
 func NewElection(s *Session, pfx string) *Election {
-	e := &Election{s: s, pfx: prefix(pfx), sem: make(chan struct{}, 1)}
+	e := &Election{s: s}
 	if s != nil {
-		e.key = leaseKey(e.pfx, s.Lease())
+		e.pfx, e.key = prefixedKey(pfx, s.Lease())
+	} else {
+		e.pfx = prefix(pfx)
 	}
 	created(s, e.pfx, kindElection)
 	return e
@@ -169,12 +171,14 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 	if err := e.validate(); err != nil {
 		return err
 	}
-	select {
-	case e.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	if _, err := e.gate.enter(&e.mu, ctx, true); err != nil {
+		return err
 	}
-	defer func() { <-e.sem }()
+	defer func() {
+		e.mu.Lock()
+		e.gate.leave()
+		e.mu.Unlock()
+	}()
 
 	e.mu.Lock()
 	leader := e.leader

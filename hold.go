@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -28,10 +29,11 @@ import (
 type hold struct {
 	s       *Session
 	key     string
-	rev     int64            // create revision of key: the fencing token
-	lease   clientv3.LeaseID // the lease key is on: the session's, or its own with a max hold (see bound)
-	delayed string           // the name's lock-delay record, once this hold wrote it (see delayGrant); "" if not
-	seenRev int64            // the revision of the read that last saw key, 0 if unknown
+	rev     int64              // create revision of key: the fencing token
+	lease   clientv3.LeaseID   // the lease key is on: the session's, or its own with a max hold (see bound)
+	delayed string             // the name's lock-delay record, once this hold wrote it (see delayGrant); "" if not
+	seenRev int64              // the revision of the read that last saw key, 0 if unknown
+	hdr     *pb.ResponseHeader // of the read that showed the key held (Mutex.Header); set before the hold is shared
 	since   time.Time
 
 	ctx    context.Context // cancelled with the cause that ended the hold

@@ -19,22 +19,69 @@ type holder struct {
 	s   *Session
 	pfx string // the lock name followed by "/"
 
-	sem chan struct{} // holds one token while a goroutine holds or is acquiring
+	gate gate // entered while a goroutine holds or is acquiring; guarded by mu
 
 	// relMu serialises releases; it is held for their round trips, so that
 	// mu, which the getters take, never is.
 	relMu sync.Mutex
 
-	mu   sync.Mutex // guards key, rev, held, hdr and hold; never held over network I/O
+	mu   sync.Mutex // guards gate, key, rev, held and hold; never held over network I/O
 	key  string     // the key while waiting or held; "" otherwise
 	rev  int64      // create revision of key while waiting or held; 0 otherwise
 	held bool
-	hdr  *pb.ResponseHeader
 	hold *hold // the current hold, or the last one once it ended; nil before the first
 }
 
 func newHolder(s *Session, pfx string) holder {
-	return holder{s: s, pfx: prefix(pfx), sem: make(chan struct{}, 1)}
+	return holder{s: s, pfx: prefix(pfx)}
+}
+
+// gate lets one goroutine at a time in, as a sync.Mutex does, but one
+// that waits can give up when its ctx ends. The zero value is open. It
+// allocates only while a goroutine waits for it, not per value (a
+// channel of one token cost 112 bytes per Mutex), and is guarded by a
+// mutex of its owner's, which its methods are given.
+type gate struct {
+	free chan struct{} // closed when in ends, for those that wait; nil while none waits
+	in   bool          // a goroutine is in
+}
+
+// enter lets the goroutine in, waiting while another is in if wait, and
+// otherwise reporting false at once. A wait ends with ctx, with
+// ctx.Err(). mu guards g; the caller does not hold it.
+func (g *gate) enter(mu *sync.Mutex, ctx context.Context, wait bool) (bool, error) {
+	for {
+		mu.Lock()
+		if !g.in {
+			g.in = true
+			mu.Unlock()
+			return true, nil
+		}
+		if !wait {
+			mu.Unlock()
+			return false, nil
+		}
+		if g.free == nil {
+			g.free = make(chan struct{})
+		}
+		free := g.free
+		mu.Unlock()
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+}
+
+// leave lets the next goroutine in. The caller holds the mutex that
+// guards g.
+func (g *gate) leave() {
+	g.in = false
+	if g.free != nil {
+		close(g.free)
+		g.free = nil
+	}
 }
 
 // lock acquires key, with value val, by rule r, waiting if wait, else
@@ -45,19 +92,11 @@ func (h *holder) lock(ctx context.Context, r rule, key, val string, wait bool, v
 	if valid != nil {
 		return valid
 	}
-	if wait {
-		select {
-		case h.sem <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	} else {
-		select {
-		case h.sem <- struct{}{}:
-		default:
-			h.s.ins.missed(r)
-			return ErrLocked
-		}
+	if in, err := h.gate.enter(&h.mu, ctx, wait); err != nil {
+		return err
+	} else if !in {
+		h.s.ins.missed(r)
+		return ErrLocked
 	}
 	hd, hdr, err := acquire(ctx, h.s, r, key, val, false, wait, func(rev int64) {
 		h.mu.Lock()
@@ -68,12 +107,15 @@ func (h *holder) lock(ctx context.Context, r rule, key, val string, wait bool, v
 		h.mu.Unlock()
 	})
 	if err != nil {
-		<-h.sem
+		h.mu.Lock()
+		h.gate.leave()
+		h.mu.Unlock()
 		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.key, h.rev, h.held, h.hdr, h.hold = key, hd.rev, true, hdr, hd
+	hd.hdr = hdr
+	h.key, h.rev, h.held, h.hold = key, hd.rev, true, hd
 	return nil
 }
 
@@ -109,7 +151,7 @@ func (h *holder) unlockIf(ctx context.Context, is func(key string) bool) error {
 func (h *holder) forget(ctx context.Context, then cleanup) {
 	h.s.unuse(ctx, h.key, h.rev, then)
 	h.key, h.rev, h.held = "", 0, false
-	<-h.sem
+	h.gate.leave()
 }
 
 // release is Do's unlock: if the delete fails, the hold is released here
@@ -165,7 +207,10 @@ func (h *holder) keyNow() string {
 func (h *holder) header() *pb.ResponseHeader {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.hdr
+	if h.hold == nil {
+		return nil
+	}
+	return h.hold.hdr
 }
 
 // token is the fencing token of the current hold, 0 when not held.

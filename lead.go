@@ -652,28 +652,23 @@ func (w *leaderWatch) read(ctx context.Context) (int64, error) {
 // ended and it has seen the revision etcd had then, and otherwise the error
 // that ended the watch.
 func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
-	wt, err := openWatch(ctx, w.cli, w.l, w.pfx, clientv3.WithPrefix())
+	wt, err := openWatch(ctx, nil, w.cli, w.l, w.pfx, clientv3.WithPrefix())
 	if err != nil {
 		return err
 	}
-	defer func() { wt.close() }()
+	defer func() { wt.close(nil) }()
 	replayed := false
 	seen, target := rev, int64(0) // target: etcd's revision once fin ended
 	finc := fin.Done()
 	for {
 		select {
-		case <-wt.p.due():
-			if err := wt.p.ask(); err != nil {
-				return err
-			}
 		case wr, ok := <-wt.ch:
 			if !ok {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				return fmt.Errorf("concurrency: watch of %q closed", w.pfx)
+				// ctx ended, the stream was found silent (see probe), or
+				// clientv3 lost it.
+				return wt.closed(ctx, nil, w.pfx)
 			}
-			wt.p.heard()
+			wt.st.heard()
 			if err := wr.Err(); err != nil {
 				return err
 			}
@@ -681,9 +676,9 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 				// Something was written between the read and the watch
 				// (see missed): etcd has written rev+1 by now, so watch
 				// again from it, to apply every event after the read.
-				wt.close()
+				wt.close(nil)
 				replayed = true
-				if wt, err = openWatch(ctx, w.cli, w.l, w.pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1)); err != nil {
+				if wt, err = openWatch(ctx, nil, w.cli, w.l, w.pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1)); err != nil {
 					return err
 				}
 				continue
@@ -719,7 +714,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 			target = resp.Header.Revision
 			// Without events after seen, only a progress notification
 			// tells that there are none.
-			w.cli.RequestProgress(wt.p.ctx)
+			wt.requestProgress(ctx)
 		}
 		if target > 0 && seen >= target {
 			return nil

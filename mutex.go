@@ -32,9 +32,11 @@ type Mutex struct {
 // talk to etcd. A nil session or an empty name is reported by the Mutex's
 // methods, with ErrNilSession or ErrInvalidPrefix.
 func NewMutex(s *Session, pfx string) *Mutex {
-	m := &Mutex{holder: newHolder(s, pfx)}
+	m := &Mutex{holder: holder{s: s}}
 	if s != nil {
-		m.key = leaseKey(m.pfx, s.Lease())
+		m.pfx, m.key = prefixedKey(pfx, s.Lease())
+	} else {
+		m.pfx = prefix(pfx)
 	}
 	created(s, m.pfx, kindMutex)
 	return m
@@ -43,6 +45,13 @@ func NewMutex(s *Session, pfx string) *Mutex {
 // prefix turns a lock or election name into the prefix of its keys, as
 // etcd's package does: the name followed by "/", even if it ends in "/".
 func prefix(name string) string { return name + "/" }
+
+// prefixedKey returns prefix(name) and the key that lease id uses under
+// it, in one allocation: the prefix is the start of the key.
+func prefixedKey(name string, id clientv3.LeaseID) (pfx, key string) {
+	key = fmt.Sprintf("%s/%x", name, int64(id))
+	return key[:len(name)+1], key
+}
 
 // leaseKey is the key that session lease id uses under prefix pfx.
 func leaseKey(pfx string, id clientv3.LeaseID) string { return fmt.Sprintf("%s%x", pfx, int64(id)) }

@@ -147,22 +147,23 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 		return nil, nil, ErrLocked
 	}
 
-	// The wait ends with ctx, or with the session's life.
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(s.life, func() { cancel(context.Cause(s.life)) })
-	defer stop()
+	// The wait keeps of the enqueue only what it uses: not its response
+	// header (q.hdr), which would stay on the heap as long as the wait.
+	rev, next, seen := q.rev, q.next, q.hdr.Revision
+
+	// The wait ends with ctx, or with the session's life (see
+	// waitDeletes).
 	if waiting != nil {
-		waiting(q.rev)
+		waiting(rev)
 	}
 	a.wait()
-	hdr, err := waitDeletes(wctx, s, r, key, q.rev, q.next, q.hdr.Revision)
+	hdr, err := waitDeletes(ctx, s, r, key, rev, next, seen)
 	if err == nil {
-		behind := q.next.create // the newest key older than this one when it queued
-		if q.next.key == "" {
+		behind := next.create // the newest key older than this one when it queued
+		if next.key == "" {
 			behind = behindUnknown
 		}
-		h, hdr, err := granted(ctx, s, r, key, q.rev, hdr, true, wait, behind)
+		h, hdr, err := granted(ctx, s, r, key, rev, hdr, true, wait, behind)
 		if err != nil && waiting != nil {
 			waiting(0)
 		}
@@ -170,15 +171,13 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	}
 	// Say why the wait ended: the caller's context first, so that
 	// errors.Is(err, ctx.Err()) holds, then the session.
-	if ctx.Err() != nil {
-		err = ctx.Err()
-	} else if wctx.Err() != nil {
-		err = context.Cause(wctx)
+	if werr := s.waitErr(ctx); werr != nil {
+		err = werr
 	}
 	if waiting != nil {
 		waiting(0)
 	}
-	s.unuse(ctx, key, q.rev, deleteNow)
+	s.unuse(ctx, key, rev, deleteNow)
 	return nil, nil, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"time"
 
@@ -55,16 +56,21 @@ type Session struct {
 
 	mu        sync.Mutex // guards deadline, keys, closing and sweeperOn
 	deadline  time.Time
-	closing   bool                 // Close has begun: no goroutine starts in the background
-	sweeperOn bool                 // the cleanup goroutine runs
-	keys      map[string]*keyState // lock keys this session uses or must clean up
+	closing   bool   // Close has begun: no goroutine starts in the background
+	sweeperOn bool   // the cleanup goroutine runs
+	keys      keySet // lock keys this session uses or must clean up
 
 	ins *instruments // metrics and tracer; nil without (see metrics.go)
+
+	watchMu sync.Mutex // guards watches
+	// watches are the open watches of the session's waits, linked by
+	// their inSession: the end of its life ends them (see endWatches).
+	watches *watch
 }
 
 // keyState is what a session knows of one of its lock keys.
 type keyState struct {
-	users int // Mutexes and Elections of this session using the key
+	users int32 // Mutexes and Elections of this session using the key (int32: with stale, one word)
 	// stale: deleting the key failed; the cleanup goroutine retries, by
 	// create revision rev (0: by lease).
 	stale bool
@@ -77,6 +83,59 @@ type keyState struct {
 	// none is. A use waits for it, so that no new user adopts an
 	// incarnation that is being deleted.
 	deleting chan struct{}
+}
+
+// keySet is a session's lock keys and their state. A session mostly uses
+// one key at a time: that one is kept without a map (a map of one key
+// cost about 200 bytes per session in use), and a map is made once a
+// second key is used at the same time. The zero value is empty. The
+// session's mu guards it.
+type keySet struct {
+	first  string    // a key, if firstK is not nil
+	firstK *keyState // the state of first; nil if none
+	more   map[string]*keyState
+}
+
+func (ks *keySet) get(key string) *keyState {
+	if ks.firstK != nil && ks.first == key {
+		return ks.firstK
+	}
+	return ks.more[key]
+}
+
+// put adds key, which the set does not have, with state k.
+func (ks *keySet) put(key string, k *keyState) {
+	if ks.firstK == nil {
+		ks.first, ks.firstK = key, k
+		return
+	}
+	if ks.more == nil {
+		ks.more = make(map[string]*keyState)
+	}
+	ks.more[key] = k
+}
+
+func (ks *keySet) del(key string) {
+	if ks.firstK != nil && ks.first == key {
+		ks.first, ks.firstK = "", nil
+		return
+	}
+	delete(ks.more, key)
+}
+
+// all yields each key and its state; the loop may delete the key it is
+// given.
+func (ks *keySet) all() iter.Seq2[string, *keyState] {
+	return func(yield func(string, *keyState) bool) {
+		if ks.firstK != nil && !yield(ks.first, ks.firstK) {
+			return
+		}
+		for key, k := range ks.more {
+			if !yield(key, k) {
+				return
+			}
+		}
+	}
 }
 
 // NewSession grants a lease (or adopts the one given with WithLease) and
@@ -177,13 +236,17 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 		ttl:    time.Duration(granted) * time.Second,
 		checkc: make(chan struct{}, 1),
 		sweepc: make(chan struct{}, 1),
-		keys:   make(map[string]*keyState),
 		ins:    newInstruments(o.metrics, o.tracerProvider),
 	}
 	// The session's contexts carry the caller's values but not its
 	// cancellation: the session cancels them itself, so that their cause
 	// always wraps ErrSessionExpired.
-	s.life, s.endLife = context.WithCancelCause(context.WithoutCancel(o.ctx))
+	life, endLife := context.WithCancelCause(context.WithoutCancel(o.ctx))
+	s.life = life
+	s.endLife = func(cause error) {
+		endLife(cause)
+		s.endWatches()
+	}
 	s.ctx, s.cancel = context.WithCancelCause(s.life)
 	s.deadline = deadlineAfter(sent, s.ttl)
 	if missing != nil {
@@ -207,6 +270,38 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 		go s.checkHealth(o.health)
 	}
 	return s, nil
+}
+
+// addWatch lists w, an open watch of one of the session's waits, so that
+// the end of the session's life ends it, and reports whether it did: not
+// once that life has ended.
+func (s *Session) addWatch(w *watch) bool {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if s.life.Err() != nil {
+		return false
+	}
+	push(&s.watches, w, sessionLinks)
+	return true
+}
+
+// dropWatch takes w, listed by addWatch, off the session's watches.
+func (s *Session) dropWatch(w *watch) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	unlink(&s.watches, w, sessionLinks)
+}
+
+// endWatches ends the open watches of the session's waits, once its life
+// has ended (see endLife): their waits return the life's cause. One list
+// per session, not a context.AfterFunc per watch (128 bytes per waiter),
+// nor a second channel in each watch's wait (see watchUntil).
+func (s *Session) endWatches() {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	for w := s.watches; w != nil; w = w.inSession.next {
+		w.cancel()
+	}
 }
 
 // newSessionTimeout bounds NewSession's first round trip for a session
@@ -484,10 +579,10 @@ const lateApplyWindow = time.Minute
 func (s *Session) use(ctx context.Context, key string, wait bool) error {
 	for {
 		s.mu.Lock()
-		k := s.keys[key]
+		k := s.keys.get(key)
 		if k == nil {
 			k = &keyState{}
-			s.keys[key] = k
+			s.keys.put(key, k)
 		}
 		if d := k.deleting; d != nil && wait {
 			s.mu.Unlock()
@@ -524,7 +619,7 @@ const (
 // left behind for as long as the session lives.
 func (s *Session) unuse(ctx context.Context, key string, rev int64, then cleanup) {
 	s.mu.Lock()
-	k := s.keys[key]
+	k := s.keys.get(key)
 	k.users--
 	if k.users > 0 || then == keep {
 		s.forgetLocked(key, k)
@@ -558,7 +653,7 @@ func (s *Session) unuse(ctx context.Context, key string, rev int64, then cleanup
 func (s *Session) deleted(key string, rev int64, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := s.keys[key]
+	k := s.keys.get(key)
 	close(k.deleting)
 	k.deleting = nil
 	if err != nil && k.users == 0 {
@@ -573,7 +668,7 @@ func (s *Session) deleted(key string, rev int64, err error) {
 // The caller holds s.mu.
 func (s *Session) forgetLocked(key string, k *keyState) {
 	if k.users <= 0 && !k.stale && k.deleting == nil && time.Now().After(k.suspect) {
-		delete(s.keys, key)
+		s.keys.del(key)
 	}
 }
 
@@ -582,7 +677,7 @@ func (s *Session) forgetLocked(key string, k *keyState) {
 func (s *Session) suspect(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if k := s.keys[key]; k != nil {
+	if k := s.keys.get(key); k != nil {
 		k.suspect = time.Now().Add(max(lateApplyWindow, s.ttl))
 	}
 	s.kickLocked()
@@ -616,7 +711,7 @@ func (s *Session) kickLocked() {
 // pendingLocked reports whether a key is left to delete: stale, or
 // suspect until a time after now. The caller holds s.mu.
 func (s *Session) pendingLocked(now time.Time) bool {
-	for _, k := range s.keys {
+	for _, k := range s.keys.all() {
 		if k.stale || now.Before(k.suspect) {
 			return true
 		}
@@ -665,7 +760,7 @@ func (s *Session) sweep() {
 	now := time.Now()
 	s.mu.Lock()
 	var keys []string
-	for key, k := range s.keys {
+	for key, k := range s.keys.all() {
 		if k.users <= 0 && (k.stale || now.Before(k.suspect)) {
 			keys = append(keys, key)
 		} else {
@@ -693,7 +788,7 @@ func (s *Session) sweep() {
 func (s *Session) startSweep(key string, now time.Time) (rev int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := s.keys[key]
+	k := s.keys.get(key)
 	if k == nil || k.users > 0 || k.deleting != nil || !k.stale && !now.Before(k.suspect) {
 		return 0, false
 	}

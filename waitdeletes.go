@@ -33,6 +33,14 @@ import (
 // whether anything could have happened between the read and the watch, and
 // only then is the key read again.
 //
+// A wait ends with its caller's ctx or with its session's life, at once
+// (etcd #19597), but keeps no context of its own for that while it
+// waits: a context for the whole wait, with its map of children and its
+// done channel, cost about 460 bytes per waiter. Each read, sleep and
+// watch creation of the wait runs on a context made for that step (see
+// Session.during), and the session's end ends its open watches (see
+// Session.endWatches).
+//
 // After each wake-up the waiter judges its place again with one
 // linearizable read (judge, in queue.go): its own key and the older keys
 // that count. The read that decides a grant is never a serializable one:
@@ -64,8 +72,8 @@ type target struct {
 // key existed and held. next is what to wait for
 // first, as last read at revision seenRev, or the zero target if unknown.
 // The key's own deletion is found by the read that follows each wake-up
-// (ErrSessionExpired), and the end of the session ends the wait through ctx
-// (see acquire). A cluster without a leader or a lost connection does not
+// (ErrSessionExpired). When ctx ends it returns ctx.Err(); when the session's
+// life ends, its cause. A cluster without a leader or a lost connection does not
 // end the wait: it reads again once etcd answers, and keeps its place
 // (etcd's package also kept waiting). It leaves key in place: the caller
 // cleans up.
@@ -81,7 +89,7 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 			over := next.over
 			judged, err = waitRange(ctx, s, over, next.wake, seenRev, &wb, func() (bool, int64, error) {
 				var err error
-				if j, err = judge(ctx, s, r, key, rev); err != nil {
+				if j, err = judgeDuring(ctx, s, r, key, rev); err != nil {
 					return false, 0, err
 				}
 				// Go on watching only while the key is still the first
@@ -95,10 +103,10 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 			return nil, err
 		}
 		if !judged {
-			j, err = judge(ctx, s, r, key, rev)
+			j, err = judgeDuring(ctx, s, r, key, rev)
 			if transient(err) {
-				if !b.sleep(ctx) {
-					return nil, ctx.Err()
+				if !s.sleep(ctx, &b) {
+					return nil, s.waitErr(ctx)
 				}
 				next = target{} // read again, at once
 				continue
@@ -120,15 +128,16 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 // waitDelete blocks until t.key, which had create revision t.create (and
 // mod revision t.mod) in a read at revision seenRev, is deleted or
 // replaced, or with t.onPut has a new value. It returns
-// ctx.Err() when ctx ends, and the error when watching fails for a reason
+// ctx.Err() when ctx ends, the cause of the session's life when that ends,
+// and the error when watching fails for a reason
 // that waiting cannot fix. After compaction (the watch could not resume), a
 // member without a leader, or a lost connection, it reads the key again,
 // retrying while etcd does not answer, and watches anew.
 func waitDelete(ctx context.Context, s *Session, t target, seenRev int64, b *backoff) error {
 	for {
 		err := watchDelete(ctx, s, t, seenRev, b)
-		if err == nil || ctx.Err() != nil {
-			return ctx.Err()
+		if werr := s.waitErr(ctx); err == nil || werr != nil {
+			return werr
 		}
 		if !errors.Is(err, rpctypes.ErrCompacted) {
 			if !transient(err) && !errors.Is(err, errWatchClosed) {
@@ -136,15 +145,18 @@ func waitDelete(ctx context.Context, s *Session, t target, seenRev int64, b *bac
 			}
 			// Grows while watches keep failing; a watch that starts
 			// resets it.
-			if !b.sleep(ctx) {
-				return ctx.Err()
+			if !s.sleep(ctx, b) {
+				return s.waitErr(ctx)
 			}
 		}
-		resp, err := s.get(ctx, t.key)
+		resp, err := s.getDuring(ctx, t.key)
 		if transient(err) {
 			continue // watch again: the key is read once more
 		}
 		if err != nil {
+			if werr := s.waitErr(ctx); werr != nil {
+				return werr
+			}
 			return err
 		}
 		if t.changed(resp.Kvs) {
@@ -167,11 +179,11 @@ func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *ba
 	if !t.onPut {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	return watchUntil(ctx, s.client, s.live(), t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
+	return watchUntil(ctx, s, s.client, s.live(), t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if missed(wr, seenRev) {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
-			resp, err := s.get(ctx, t.key)
+			resp, err := s.getDuring(ctx, t.key)
 			if err != nil {
 				return false, err
 			}
@@ -200,7 +212,8 @@ func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *ba
 // deletion after that revision ends the wait. So a busy name never makes
 // it read in a loop, and no deletion is missed. It reports whether check
 // ended the wait (false: a deletion did, or a failed watch that the caller
-// reads after). It returns ctx.Err() when ctx ends, and the error of check
+// reads after). It returns ctx.Err() when ctx ends, the cause of the
+// session's life when that ends, and the error of check
 // or of the watch when waiting cannot fix it; after a transient failure of
 // either it waits (b) and returns, for the caller to read again.
 func waitRange(ctx context.Context, s *Session, over, wake string, seenRev int64, b *backoff, check func() (stop bool, seen int64, err error)) (checked bool, err error) {
@@ -208,7 +221,7 @@ func waitRange(ctx context.Context, s *Session, over, wake string, seenRev int64
 	if wake == "" {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	err = watchUntil(ctx, s.client, s.live(), over, b, func(wr clientv3.WatchResponse) (bool, error) {
+	err = watchUntil(ctx, s, s.client, s.live(), over, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if missed(wr, seenRev) {
 			stop, seen, err := check()
 			if err != nil || stop {
@@ -227,14 +240,15 @@ func waitRange(ctx context.Context, s *Session, over, wake string, seenRev int64
 		}
 		return false, nil
 	}, opts...)
+	werr := s.waitErr(ctx)
 	switch {
-	case err == nil || ctx.Err() != nil:
-		return checked, ctx.Err()
+	case err == nil || werr != nil:
+		return checked, werr
 	case errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, errWatchClosed) || transient(err):
-		if errors.Is(err, rpctypes.ErrCompacted) || b.sleep(ctx) {
+		if errors.Is(err, rpctypes.ErrCompacted) || s.sleep(ctx, b) {
 			return false, nil
 		}
-		return false, ctx.Err()
+		return false, s.waitErr(ctx)
 	default:
 		return false, err
 	}
@@ -260,7 +274,7 @@ func missed(wr clientv3.WatchResponse, rev int64) bool {
 // written, which would leave the stream's progress requests unanswered.
 func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key string, rev int64, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
 	replay := false
-	err := watchUntil(ctx, client, l, key, nil, func(wr clientv3.WatchResponse) (bool, error) {
+	err := watchUntil(ctx, nil, client, l, key, nil, func(wr clientv3.WatchResponse) (bool, error) {
 		if missed(wr, rev) {
 			replay = true
 			return true, nil
@@ -270,108 +284,235 @@ func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key st
 	if err != nil || !replay {
 		return err
 	}
-	return watchUntil(ctx, client, l, key, nil, fn, append(opts, clientv3.WithRev(rev+1))...)
+	return watchUntil(ctx, nil, client, l, key, nil, fn, append(opts, clientv3.WithRev(rev+1))...)
 }
 
 // watchUntil watches key with opts until fn, called on each response in
 // order, returns true or an error. It returns nil when fn returned true,
 // fn's error, or the error that ended the watch (compaction, no leader,
-// lost connection, ctx). The watch requires a leader: on a member without
-// one it ends with an error instead of waiting for events that never come.
-// A watch that starts resets b, the backoff between failed watches.
+// lost connection, ctx). If s is not nil (the watch is a wait's), the end
+// of the session's life ends the watch too, with its cause (see
+// Session.endWatches). The watch requires a leader: on a member without
+// one it ends with an error instead of waiting for events that never
+// come. A watch that starts resets b, the backoff between failed watches.
 //
 // No part of it trusts a silent stream (see openWatch and probe): if etcd
 // does not create the watch in time, or the stream stops answering, it
 // returns an error matching errNoAnswer, for the caller to read again and
 // watch anew, on a new stream.
-func watchUntil(ctx context.Context, client *clientv3.Client, l liveness, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
-	w, err := openWatch(ctx, client, l, key, opts...)
+//
+// It waits on the watch's channel alone: whatever else ends the watch
+// (ctx, the session's end, the stream's probe) cancels the watch's
+// context, and clientv3 then closes the channel. Each more channel it
+// waited on would keep a runtime wait record (112 bytes) per waiter.
+func watchUntil(ctx context.Context, s *Session, client *clientv3.Client, l liveness, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
+	w, err := openWatch(ctx, s, client, l, key, opts...)
 	if err != nil {
 		return err
 	}
-	defer w.close()
-	for {
-		select {
-		case wr, ok := <-w.ch:
-			if !ok {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				return fmt.Errorf("%w: %q", errWatchClosed, key)
-			}
-			w.p.heard()
-			if err := wr.Err(); err != nil {
-				return err
-			}
-			if wr.Created {
-				b.reset()
-			}
-			if done, err := fn(wr); done || err != nil {
-				return err
-			}
-		case <-w.p.due():
-			if err := w.p.ask(); err != nil {
-				return err
-			}
+	defer w.close(s)
+	for wr := range w.ch {
+		w.st.heard()
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		if wr.Created {
+			b.reset()
+		}
+		if done, err := fn(wr); done || err != nil {
+			return err
 		}
 	}
+	return w.closed(ctx, s, key)
 }
 
-// watch is an open watch of the package and the probe that watches its
-// stream.
+// watch is an open watch of the package, listed by its stream (whose probe
+// ends it if the stream goes silent) and, if it is a wait's, by its
+// session (whose end ends it). It is all a waiter keeps of the package's
+// liveness checks: the probe and its timer are the stream's.
 type watch struct {
 	ch     clientv3.WatchChan
-	p      *probe
-	cancel context.CancelFunc
+	cancel context.CancelFunc // ends the watch: clientv3 closes ch
+	st     *stream
+	// inStream links the watches of st that etcd is creating, then its
+	// open watches; guarded by st.g.mu.
+	inStream links
+	// inSession links the open watches of the session whose end ends the
+	// watch (see Session.addWatch); guarded by its watchMu.
+	inSession links
+	// deadline is when the creation of the watch is given up (UnixNano),
+	// while etcd creates it; 0 once given up (see stream.create).
+	// Guarded by st.g.mu.
+	deadline int64
 }
 
-// close ends the watch.
-func (w *watch) close() {
-	w.p.stop()
+// links are a watch's place in a list of watches.
+type links struct{ prev, next *watch }
+
+// streamLinks and sessionLinks are w's links in its stream's lists and in
+// its session's.
+func streamLinks(w *watch) *links  { return &w.inStream }
+func sessionLinks(w *watch) *links { return &w.inSession }
+
+// push puts w first in the list that begins at *first, linked through
+// the links of its that at returns.
+func push(first **watch, w *watch, at func(*watch) *links) {
+	at(w).next = *first
+	if *first != nil {
+		at(*first).prev = w
+	}
+	*first = w
+}
+
+// unlink takes w out of the list that begins at *first, linked through
+// the links of its that at returns.
+func unlink(first **watch, w *watch, at func(*watch) *links) {
+	l := at(w)
+	if l.prev != nil {
+		at(l.prev).next = l.next
+	} else {
+		*first = l.next
+	}
+	if l.next != nil {
+		at(l.next).prev = l.prev
+	}
+	*l = links{}
+}
+
+// closed is the error of a watch whose channel has closed: ctx's, the
+// cause of the end of s (the session whose wait it is, if not nil),
+// errNoAnswer if the stream's probe found it silent, else errWatchClosed.
+func (w *watch) closed(ctx context.Context, s *Session, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s != nil && s.life.Err() != nil {
+		return context.Cause(s.life)
+	}
+	if err := w.st.silence(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %q", errWatchClosed, key)
+}
+
+// close ends the watch and takes it off its lists (that of s, the session
+// it was opened for, if not nil). A nil w is left alone.
+func (w *watch) close(s *Session) {
+	if w == nil {
+		return
+	}
+	if s != nil {
+		s.dropWatch(w)
+	}
+	w.st.drop(w)
 	w.cancel()
 }
 
-// openWatch opens a watch of key with opts (and WithCreatedNotify) on the
-// client's current stream of the package. clientv3's Watch returns only
-// once etcd has created the watch (or its context ended): on a silent
-// stream, never. So openWatch waits l.wait at most; if etcd has not
-// answered by then, the stream is silent: it moves the client's stream on
-// (see watchContext) and returns an error matching errNoAnswer.
-func openWatch(ctx context.Context, client *clientv3.Client, l liveness, key string, opts ...clientv3.OpOption) (*watch, error) {
-	opts = append(opts, clientv3.WithCreatedNotify())
-	for {
-		sctx, r := watchContext(ctx, client)
-		wctx, cancel := context.WithCancel(sctx)
-		ch, ok := opened(wctx, cancel, client, l.wait, key, opts...)
-		if ok {
-			r.heard()
-			return &watch{ch: ch, p: newProbe(wctx, client, l, key, r), cancel: cancel}, nil
-		}
-		cancel()
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		// clientv3 creates a stream's watches one at a time: behind
-		// many others, a watch may wait longer than l.wait on a stream
-		// that answers them. Only a stream nobody heard from is silent.
-		if !r.heardWithin(l.wait) {
-			r.silent()
-			return nil, fmt.Errorf("%w: etcd did not create a watch of %q within %v", errNoAnswer, key, l.wait)
-		}
-	}
+// requestProgress asks the watch's stream for progress, on ctx.
+func (w *watch) requestProgress(ctx context.Context) {
+	w.st.g.client.RequestProgress(metadata.NewOutgoingContext(ctx, w.st.md))
 }
 
-// opened opens a watch on wctx and reports whether etcd created it
-// within wait; if not, it has called cancel, which must end wctx.
-func opened(wctx context.Context, cancel context.CancelFunc, client *clientv3.Client, wait time.Duration, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, bool) {
-	t := time.AfterFunc(wait, cancel)
-	ch := client.Watch(wctx, key, opts...)
-	return ch, t.Stop() && wctx.Err() == nil
+// openWatch opens a watch of key with opts (and WithCreatedNotify) on the
+// client's current stream of the package (see joinStream). clientv3's Watch
+// returns only once etcd has created the watch (or its context ended): on
+// a silent stream, never. So openWatch waits l.wait at most; if etcd has
+// not answered by then, and nobody heard from the stream within l.wait
+// either, the stream is silent: it moves the client's stream on and
+// returns an error matching errNoAnswer. If s is not nil, the end of the
+// session's life ends the wait for the creation too, with its cause, and
+// the open watch is listed by the session (see Session.endWatches).
+func openWatch(ctx context.Context, s *Session, client *clientv3.Client, l liveness, key string, opts ...clientv3.OpOption) (*watch, error) {
+	opts = append(opts, clientv3.WithCreatedNotify())
+	for {
+		st, sctx := joinStream(ctx, client)
+		wctx, cancel := context.WithCancel(sctx)
+		unbind := func() bool { return true }
+		if s != nil {
+			unbind = context.AfterFunc(s.life, cancel)
+		}
+		w := &watch{cancel: cancel}
+		ch, ok := st.create(w, wctx, l.wait, key, opts...)
+		ended := !unbind()
+		if ok && !ended {
+			w.ch = ch
+			if s == nil || s.addWatch(w) {
+				st.add(w, key, l)
+				return w, nil
+			}
+			ended = true
+		}
+		cancel()
+		err := ctx.Err()
+		switch {
+		case err != nil:
+		case ended:
+			err = context.Cause(s.life)
+		case !st.heardWithin(l.wait):
+			// clientv3 creates a stream's watches one at a time: behind
+			// many others, a watch may wait longer than l.wait on a
+			// stream that answers them. Only a stream nobody heard from
+			// is silent.
+			st.g.moveOn(st.key.n)
+			err = fmt.Errorf("%w: etcd did not create a watch of %q within %v", errNoAnswer, key, l.wait)
+		}
+		st.leave()
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // errWatchClosed is the error of a watch whose channel closed without an
 // error: the client lost its stream, and a new watch may succeed.
 var errWatchClosed = errors.New("concurrency: watch closed")
+
+// during returns a context for one step of a wait on ctx (a read, a
+// sleep): it ends with ctx, or with the session's life, with its cause.
+// stop releases it.
+func (s *Session) during(ctx context.Context) (c context.Context, stop func()) {
+	c, cancel := context.WithCancelCause(ctx)
+	unbind := context.AfterFunc(s.life, func() { cancel(context.Cause(s.life)) })
+	return c, func() {
+		unbind()
+		cancel(nil)
+	}
+}
+
+// waitErr is the error that ends a wait on ctx: ctx's, then the cause of
+// the session's life; nil while both go on.
+func (s *Session) waitErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.life.Err() != nil {
+		return context.Cause(s.life)
+	}
+	return nil
+}
+
+// sleep is b.sleep for a wait on ctx, cut short by the session's end too.
+func (s *Session) sleep(ctx context.Context, b *backoff) bool {
+	c, stop := s.during(ctx)
+	defer stop()
+	return b.sleep(c)
+}
+
+// getDuring is s.get for a wait on ctx, cut short by the session's end
+// too.
+func (s *Session) getDuring(ctx context.Context, key string) (*clientv3.GetResponse, error) {
+	c, stop := s.during(ctx)
+	defer stop()
+	return s.get(c, key)
+}
+
+// judgeDuring is judge for a wait on ctx, cut short by the session's end
+// too.
+func judgeDuring(ctx context.Context, s *Session, r rule, key string, rev int64) (judgement, error) {
+	c, stop := s.during(ctx)
+	defer stop()
+	return judge(c, s, r, key, rev)
+}
 
 // liveness is how long the package trusts a connection to etcd that says
 // nothing. A connection can go silent without a reset (a NAT or firewall
@@ -401,18 +542,21 @@ func livenessFor(ttl time.Duration) liveness {
 	return liveness{idle: min(max(ttl/3, time.Second), 20*time.Second), wait: min(max(ttl/6, time.Second), 5*time.Second)}
 }
 
-// streamGen numbers the gRPC stream that carries the package's watches on
-// one client. clientv3 multiplexes every watch of a client whose context
-// has the same outgoing metadata onto one stream, and keeps that stream,
-// dead or not, while any of its watches lives. A watch that finds its
-// stream silent moves the number on (silent), so that the watches opened
-// after it on that client (its own again, and every other) go on a new
-// stream, which the balancer places on a connection of its choosing, while
-// those still on the silent stream move over as their own probes find it
-// silent.
+// streamGen numbers the gRPC streams that carry the package's watches on
+// one client, and holds those that have watches. clientv3 multiplexes
+// every watch of a client whose context has the same outgoing metadata
+// onto one stream, and keeps that stream, dead or not, while any of its
+// watches lives. When a stream is found silent (by its probe, or a watch
+// that etcd did not create in time) the number moves on (moveOn), so that
+// the watches opened after it on that client go on a new stream, which the
+// balancer places on a connection of its choosing; the probe ends the
+// watches left on the silent one, and their waits open them anew.
 type streamGen struct {
-	n       atomic.Int64 // the current stream's number
-	heardAt atomic.Int64 // when a watch of the current stream last heard from it (UnixNano), 0 if none has
+	client *clientv3.Client
+	n      atomic.Int64 // the current stream's number
+
+	mu      sync.Mutex // guards streams and, in each stream, what its comment says
+	streams map[streamKey]*stream
 }
 
 // streamGens holds the streamGen of each client with watches of the
@@ -424,61 +568,267 @@ func genOf(client *clientv3.Client) *streamGen {
 	if g, ok := streamGens.Load(client); ok {
 		return g.(*streamGen)
 	}
-	g, loaded := streamGens.LoadOrStore(client, new(streamGen))
+	g, loaded := streamGens.LoadOrStore(client, &streamGen{client: client})
 	if !loaded {
 		context.AfterFunc(client.Ctx(), func() { streamGens.Delete(client) })
 	}
 	return g.(*streamGen)
 }
 
-// streamRef is one stream of a client: its streamGen and number.
-type streamRef struct {
-	g *streamGen
-	n int64
-}
-
-// silent moves the client's stream on, unless another watch of the same
-// stream did already.
-func (r streamRef) silent() {
-	if r.g.n.CompareAndSwap(r.n, r.n+1) {
-		r.g.heardAt.Store(0)
-	}
-}
-
-// heard records that a watch heard from the stream.
-func (r streamRef) heard() {
-	if r.g.n.Load() == r.n {
-		r.g.heardAt.Store(time.Now().UnixNano())
-	}
-}
-
-// heardWithin reports whether a watch of the stream heard from it within
-// the last d: the stream is alive, if busy.
-func (r streamRef) heardWithin(d time.Duration) bool {
-	at := r.g.heardAt.Load()
-	return r.g.n.Load() == r.n && at != 0 && time.Since(time.Unix(0, at)) < d
-}
+// moveOn moves the client's stream on from number n, unless that was done
+// already.
+func (g *streamGen) moveOn(n int64) { g.n.CompareAndSwap(n, n+1) }
 
 // watchStreamKey is the metadata key that carries a stream's number. etcd
 // ignores it; clientv3 picks a watch's stream by its context's metadata.
 const watchStreamKey = "concurrency-watch-stream"
 
-// watchContext is the context for a watch of the package on client: it
-// requires a leader (see watchUntil) and names the client's current
-// stream, which it returns too.
-func watchContext(ctx context.Context, client *clientv3.Client) (context.Context, streamRef) {
-	g := genOf(client)
-	r := streamRef{g: g, n: g.n.Load()}
-	return metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), watchStreamKey, strconv.FormatInt(r.n, 10)), r
+// streamKey names one stream of a client: its number and, for watches
+// whose context carries outgoing metadata of the caller's (which clientv3
+// puts on a stream of their own), that metadata as clientv3 keys it.
+type streamKey struct {
+	n  int64
+	md string // "" if the caller's context has no outgoing metadata
 }
 
-// probe keeps a watch from trusting a silent stream. Every response the
-// watch receives shows the stream alive (heard). Once the watch has heard
-// nothing for idle to 1.5 idle (at random), it asks the stream for
-// progress: etcd answers on the stream, and clientv3 hands the answer (a
-// progress notification) to every watch of the stream. So a stream of
-// many idle watches costs about one progress request per idle, not one
-// per watch: each watch that hears another's answer waits again.
+// stream is one gRPC stream of the package's watches on a client, and the
+// probe that keeps them from trusting it once it is silent.
+type stream struct {
+	g   *streamGen
+	key streamKey
+	// md is the outgoing metadata of the stream's watches: a leader
+	// required (see watchUntil), the stream's number, and the caller's
+	// own metadata if any. It is made once per stream and shared by its
+	// watches, which neither gRPC nor clientv3 write to (a map per watch
+	// cost about 550 bytes per waiter).
+	md      metadata.MD
+	mdCtx   context.Context // md alone, over context.Background (see streamContext)
+	heardAt atomic.Int64    // when a watch of the stream last heard from it (UnixNano); 0 if none has
+
+	// Guarded by g.mu:
+	users   int    // watches open or being opened on the stream; forgotten at 0
+	watches *watch // the open watches, linked by inStream
+	confirm string // the key of a watch etcd created on the stream, for the probe's confirming watch
+	// l is the shortest liveness of the watches opened on the stream since
+	// it last had none: the probe serves the most demanding.
+	l      liveness
+	p      *probe // while the stream has open watches; nil otherwise
+	silent error  // the probe found the stream silent: why; nil if not
+	// creating are the watches etcd is creating on the stream, linked by
+	// inStream; expiry gives up those past their deadline (see
+	// create), armed for expiresAt (UnixNano; 0: not armed).
+	creating  *watch
+	expiry    *time.Timer
+	expiresAt int64
+}
+
+// joinStream returns the client's current stream for ctx's outgoing metadata,
+// counting one more watch being opened on it (see leave), and ctx with the
+// stream's metadata.
+func joinStream(ctx context.Context, client *clientv3.Client) (*stream, context.Context) {
+	g := genOf(client)
+	own, hasOwn := metadata.FromOutgoingContext(ctx) // a copy
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	key := streamKey{n: g.n.Load()}
+	if hasOwn {
+		own.Set(rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader)
+		own.Set(watchStreamKey, strconv.FormatInt(key.n, 10))
+		key.md = fmt.Sprintf("%+v", map[string][]string(own))
+	}
+	st := g.streams[key]
+	if st == nil {
+		md := own
+		if !hasOwn {
+			md = metadata.Pairs(rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader, watchStreamKey, strconv.FormatInt(key.n, 10))
+		}
+		st = &stream{g: g, key: key, md: md, mdCtx: metadata.NewOutgoingContext(context.Background(), md)}
+		if g.streams == nil {
+			g.streams = make(map[streamKey]*stream)
+		}
+		g.streams[key] = st
+	}
+	st.users++
+	return st, streamContext{Context: ctx, md: st.mdCtx}
+}
+
+// streamContext is ctx with the outgoing metadata of a stream of the
+// package: Value answers from md, a context of that metadata alone, then
+// from ctx; the rest is ctx's, so that a context derived from it is ctx's
+// child as any other. It costs one small value per watch, where
+// metadata.NewOutgoingContext costs a context and a wrapper of the
+// metadata (80 bytes per waiter). The metadata replaces any of ctx's,
+// which a stream's own includes (see joinStream).
+type streamContext struct {
+	context.Context
+	md context.Context
+}
+
+func (c streamContext) Value(key any) any {
+	if v := c.md.Value(key); v != nil {
+		return v
+	}
+	return c.Context.Value(key)
+}
+
+// leaveLocked undoes joinStream for a watch that was not opened, or has been
+// dropped. The caller holds g.mu.
+func (st *stream) leaveLocked() {
+	st.users--
+	if st.users == 0 && st.g.streams[st.key] == st {
+		delete(st.g.streams, st.key)
+	}
+}
+
+// leave is leaveLocked for a caller that does not hold g.mu.
+func (st *stream) leave() {
+	st.g.mu.Lock()
+	defer st.g.mu.Unlock()
+	st.leaveLocked()
+}
+
+// create opens w, a watch of key with opts on wctx, which w.cancel ends,
+// and reports whether etcd created it within wait; if not, it has ended
+// wctx. clientv3's Watch returns only once etcd has created the watch or
+// wctx has ended. One timer of the stream gives up the creations in
+// progress on it (see expire), not a timer per creation (a stopped timer
+// lingers in the runtime's heap of timers until it is cleaned).
+func (st *stream) create(w *watch, wctx context.Context, wait time.Duration, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, bool) {
+	st.pend(w, wait)
+	ch := st.g.client.Watch(wctx, key, opts...)
+	return ch, st.unpend(w) && wctx.Err() == nil
+}
+
+// pend lists w among the watches being created, to be given up after
+// wait.
+func (st *stream) pend(w *watch, wait time.Duration) {
+	st.g.mu.Lock()
+	defer st.g.mu.Unlock()
+	w.deadline = time.Now().Add(wait).UnixNano()
+	push(&st.creating, w, streamLinks)
+	switch {
+	case st.expiry == nil:
+		st.expiry = time.AfterFunc(wait, st.expire)
+	case st.expiresAt == 0 || w.deadline < st.expiresAt:
+		st.expiry.Reset(wait)
+	default:
+		return
+	}
+	st.expiresAt = w.deadline
+}
+
+// unpend takes w off the watches being created, and reports whether its
+// creation was not given up.
+func (st *stream) unpend(w *watch) bool {
+	st.g.mu.Lock()
+	defer st.g.mu.Unlock()
+	unlink(&st.creating, w, streamLinks)
+	inTime := w.deadline != 0
+	w.deadline = 0
+	if st.creating == nil && st.expiresAt != 0 {
+		st.expiry.Stop()
+		st.expiresAt = 0
+	}
+	return inTime
+}
+
+// expire is the stream's timer of creations: it gives up those past their
+// deadline (their Watch returns) and waits for the next deadline.
+func (st *stream) expire() {
+	st.g.mu.Lock()
+	defer st.g.mu.Unlock()
+	now := time.Now().UnixNano()
+	next := int64(0)
+	for w := st.creating; w != nil; w = w.inStream.next {
+		switch {
+		case w.deadline == 0:
+		case w.deadline <= now:
+			w.deadline = 0
+			w.cancel()
+		case next == 0 || w.deadline < next:
+			next = w.deadline
+		}
+	}
+	st.expiresAt = next
+	if next != 0 {
+		st.expiry.Reset(time.Duration(next - now))
+	}
+}
+
+// heard records that a watch heard from the stream.
+func (st *stream) heard() { st.heardAt.Store(time.Now().UnixNano()) }
+
+// heardWithin reports whether a watch of the stream heard from it within
+// the last d: the stream is alive, if busy.
+func (st *stream) heardWithin(d time.Duration) bool {
+	at := st.heardAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < d
+}
+
+// silence is why the probe ended the stream's watches, nil if it did not.
+func (st *stream) silence() error {
+	st.g.mu.Lock()
+	defer st.g.mu.Unlock()
+	return st.silent
+}
+
+// add lists w, which etcd has just created on the stream as a watch of
+// key, for a wait with liveness l, and starts the stream's probe if w is
+// its first open watch.
+func (st *stream) add(w *watch, key string, l liveness) {
+	st.heard()
+	st.g.mu.Lock()
+	defer st.g.mu.Unlock()
+	w.st = st
+	push(&st.watches, w, streamLinks)
+	st.confirm = key
+	switch {
+	case st.silent != nil:
+		// Created as the probe gave the stream up: end it too, for its
+		// wait to watch anew on the client's next stream. No probe
+		// starts on a silent stream.
+		w.cancel()
+		return
+	case st.p == nil:
+		st.l = l
+		st.p = newProbe(st)
+	case l.idle < st.l.idle || l.wait < st.l.wait:
+		st.l = liveness{idle: min(l.idle, st.l.idle), wait: min(l.wait, st.l.wait)}
+		if st.p.asked.IsZero() && st.p.running == nil {
+			st.p.t.Reset(st.p.untilAsk())
+		}
+	}
+}
+
+// drop takes w off the stream's watches. If it was the last, it stops the
+// probe and waits for a run of it in progress to end, so that the probe
+// never sends a request on a stream without watches (clientv3 would open
+// the stream anew for it, and keep it until the client closes).
+func (st *stream) drop(w *watch) {
+	st.g.mu.Lock()
+	unlink(&st.watches, w, streamLinks)
+	var running chan struct{}
+	if st.watches == nil && st.p != nil {
+		running = st.p.halt()
+		st.p = nil
+	}
+	st.leaveLocked()
+	st.g.mu.Unlock()
+	if running != nil {
+		<-running
+	}
+}
+
+// probe keeps the watches of a stream from trusting it once it is silent.
+// It is the stream's, from its first open watch to the close of its last
+// (one per stream, not per watch: a probe per watch, with its timer and a
+// second channel in each watch's wait, cost about 460 bytes per waiter).
+// Every response a watch of the stream receives shows the stream alive
+// (heard). Once the stream has said nothing for idle to 1.5 idle (at
+// random), the probe asks it for progress: etcd answers on the stream, and
+// clientv3 hands the answer (a progress notification) to every watch of
+// it. So an idle stream costs about one progress request per idle,
+// whatever its number of watches.
 //
 // etcd leaves a progress request unanswered on a live stream too: while
 // one of its watches catches up on old events or waits for a revision not
@@ -487,82 +837,116 @@ func watchContext(ctx context.Context, client *clientv3.Client) (context.Context
 // clientv3 resumes the watches of a stream that reconnects from the
 // revision after the last event it heard), and always behind etcd's gRPC
 // proxy, which drops progress requests. So if no answer comes within
-// wait, the probe makes sure: it opens a watch on the same stream, which
-// etcd and the proxy create at once on a live stream, and closes it. Only
-// if that goes unanswered within wait too is the stream silent: ask moves
-// the client's stream on and returns errNoAnswer. A silent stream is given
-// up within 1.5 idle + 2 wait of the last word heard on it. The watches of
-// a stream share what they hear (see streamGen): a watch whose stream
-// another watch heard from lately asks nothing, so an idle stream costs
-// about one progress request per idle, and a watch that etcd is slow to
-// create behind many others on a stream that answers them is not taken
-// for silent.
+// wait, the probe makes sure: it opens a watch on the stream, which etcd
+// and the proxy create at once on a live stream, and closes it. Only if
+// that goes unanswered within wait too is the stream silent: the probe
+// moves the client's stream on and ends every watch of the stream, whose
+// waits then see errNoAnswer (see watch.closed), read again and watch
+// anew. A silent stream is given up within 1.5 idle + 2 wait of the last
+// word heard on it. A watch that etcd is slow to create behind many
+// others is not a member until created (see openWatch): creation is not
+// silence.
+//
+// The probe runs on a timer of its own (time.AfterFunc), one run at a
+// time; its owner is the stream, whose last watch stops it and waits for
+// a run in progress (see drop), each run bounded by wait.
 type probe struct {
-	ctx    context.Context // the watch's: its metadata names the stream
-	client *clientv3.Client
-	l      liveness
-	key    string    // the watch's key, for the confirming watch
-	stream streamRef // the stream (see watchContext)
-	t      *time.Timer
-	asked  bool // a progress request is out
+	st   *stream
+	ctx  context.Context // the stream's metadata; ended by stop
+	stop context.CancelFunc
+	t    *time.Timer
+	// Guarded by st.g.mu:
+	asked   time.Time     // when a progress request went out, unanswered yet; zero if none
+	running chan struct{} // closed when the run in progress ends; nil if none runs
 }
 
-func newProbe(ctx context.Context, client *clientv3.Client, l liveness, key string, stream streamRef) *probe {
-	p := &probe{ctx: ctx, client: client, l: l, key: key, stream: stream}
-	p.t = time.NewTimer(p.idle())
+// newProbe starts the probe of st, which has just had its first watch
+// created. The caller holds st.g.mu.
+func newProbe(st *stream) *probe {
+	ctx, stop := context.WithCancel(metadata.NewOutgoingContext(st.g.client.Ctx(), st.md))
+	p := &probe{st: st, ctx: ctx, stop: stop}
+	p.t = time.AfterFunc(p.untilAsk(), p.run)
 	return p
 }
 
-// idle is how long the watch waits for a word before it asks: idle to 1.5
-// idle, so that the watches of a stream do not ask together.
-func (p *probe) idle() time.Duration { return p.l.idle + rand.N(p.l.idle/2) }
-
-// due is the channel on which the probe's timer fires.
-func (p *probe) due() <-chan time.Time { return p.t.C }
-
-// heard records a response on the stream.
-func (p *probe) heard() {
-	p.stream.heard()
-	p.asked = false
-	p.t.Reset(p.idle())
+// untilAsk is how long from now the probe waits before it asks: until the
+// stream has said nothing for idle to 1.5 idle (at random), counted from
+// the last word heard on it. The caller holds st.g.mu.
+func (p *probe) untilAsk() time.Duration {
+	l := p.st.l
+	return time.Until(time.Unix(0, p.st.heardAt.Load()).Add(l.idle + rand.N(l.idle/2)))
 }
 
-// ask is called when the timer fires: it sends a progress request if none
-// is out, and otherwise makes sure the stream is alive (see probe). A
-// stream that another watch heard from lately (since this one asked, if
-// it did) needs neither.
-func (p *probe) ask() error {
-	lately := p.l.idle
-	if p.asked {
-		lately = p.l.wait
+// halt stops p's timer and ends its requests, and returns the channel
+// that a run in progress closes when it ends (nil if none runs). The
+// caller holds st.g.mu.
+func (p *probe) halt() chan struct{} {
+	p.t.Stop()
+	p.stop()
+	return p.running
+}
+
+// run is the probe's timer: it sends a progress request if none is out,
+// and otherwise makes sure the stream is alive (see probe). A stream
+// heard from lately (since the request, if one is out) needs neither.
+func (p *probe) run() {
+	st := p.st
+	g := st.g
+	g.mu.Lock()
+	if st.p != p || p.running != nil {
+		g.mu.Unlock()
+		return
 	}
-	if p.stream.heardWithin(lately) {
-		p.asked = false
-		p.t.Reset(p.idle())
-		return nil
+	l := st.l
+	asked := !p.asked.IsZero()
+	if asked && st.heardAt.Load() > p.asked.UnixNano() || !asked && st.heardWithin(l.idle) {
+		p.asked = time.Time{}
+		p.t.Reset(p.untilAsk())
+		g.mu.Unlock()
+		return
 	}
-	if !p.asked {
-		p.asked = true
-		p.t.Reset(p.l.wait)
-		rctx, cancel := context.WithTimeout(p.ctx, p.l.wait)
-		err := p.client.RequestProgress(rctx)
+	if !asked {
+		p.asked = time.Now()
+	}
+	running := make(chan struct{})
+	p.running = running
+	key := st.confirm
+	g.mu.Unlock()
+
+	alive := false
+	if !asked {
+		rctx, cancel := context.WithTimeout(p.ctx, l.wait)
+		err := g.client.RequestProgress(rctx)
 		cancel()
-		if err == nil || p.ctx.Err() != nil {
-			return nil
-		}
-		// The request could not even be queued on the stream.
+		// An error with p.ctx alive: the request could not even be
+		// queued on the stream.
+		alive = err == nil
 	} else {
 		cctx, cancel := context.WithCancel(p.ctx)
-		_, ok := opened(cctx, cancel, p.client, p.l.wait, p.key, clientv3.WithCreatedNotify())
+		_, alive = st.create(&watch{cancel: cancel}, cctx, l.wait, key, clientv3.WithCreatedNotify())
 		cancel()
-		if ok || p.ctx.Err() != nil {
-			p.heard()
-			return nil
+		if alive {
+			st.heard()
 		}
 	}
-	p.stream.silent()
-	return fmt.Errorf("%w: the watch stream said nothing for %v", errNoAnswer, p.l.idle+2*p.l.wait)
-}
 
-// stop stops the probe's timer.
-func (p *probe) stop() { p.t.Stop() }
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p.running = nil
+	close(running)
+	switch {
+	case st.p != p || p.ctx.Err() != nil:
+		// Stopped: the stream has no watch left.
+	case alive && !asked:
+		p.t.Reset(time.Until(p.asked.Add(l.wait)))
+	case alive:
+		p.asked = time.Time{}
+		p.t.Reset(p.untilAsk())
+	default:
+		g.moveOn(st.key.n)
+		st.silent = fmt.Errorf("%w: the watch stream said nothing for %v", errNoAnswer, l.idle+2*l.wait)
+		for w := st.watches; w != nil; w = w.inStream.next {
+			w.cancel()
+		}
+	}
+}

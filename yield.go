@@ -136,7 +136,7 @@ func (h *hold) waitYield(ctx context.Context, key string, b *backoff) (bool, err
 	}
 	seen := resp.Header.Revision
 	asked := false
-	err = watchUntil(ctx, h.s.client, h.s.live(), key, b, func(wr clientv3.WatchResponse) (bool, error) {
+	err = watchUntil(ctx, nil, h.s.client, h.s.live(), key, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if missed(wr, seen) {
 			// Written between the read and the watch's start, perhaps.
 			resp, err := h.s.get(ctx, key)
