@@ -662,10 +662,14 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 	finc := fin.Done()
 	for {
 		select {
+		case <-wt.done:
+			// ctx ended or the stream was found silent (see probe), and
+			// clientv3 may not close the channel yet (see watchUntil).
+			return wt.closed(ctx, nil, w.pfx)
 		case wr, ok := <-wt.ch:
 			if !ok {
-				// ctx ended, the stream was found silent (see probe), or
-				// clientv3 lost it.
+				// ctx ended, the stream was found silent, or clientv3
+				// lost it.
 				return wt.closed(ctx, nil, w.pfx)
 			}
 			wt.st.heard()

@@ -301,17 +301,30 @@ func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key st
 // returns an error matching errNoAnswer, for the caller to read again and
 // watch anew, on a new stream.
 //
-// It waits on the watch's channel alone: whatever else ends the watch
-// (ctx, the session's end, the stream's probe) cancels the watch's
-// context, and clientv3 then closes the channel. Each more channel it
-// waited on would keep a runtime wait record (112 bytes) per waiter.
+// Whatever else ends the watch (ctx, the session's end, the stream's
+// probe) cancels the watch's context, and the wait ends then, on that
+// context's done channel, not when clientv3 closes the watch's channel:
+// clientv3 closes it from its stream's goroutine, which sends each new
+// watch request on the stream itself and so may be stuck on a connection
+// that accepts nothing more. (Waiting on the channel alone would save a
+// runtime wait record, 112 bytes, per waiter; it would also trust the
+// silent stream.)
 func watchUntil(ctx context.Context, s *Session, client *clientv3.Client, l liveness, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
 	w, err := openWatch(ctx, s, client, l, key, opts...)
 	if err != nil {
 		return err
 	}
 	defer w.close(s)
-	for wr := range w.ch {
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		select {
+		case wr, ok = <-w.ch:
+		case <-w.done:
+		}
+		if !ok {
+			return w.closed(ctx, s, key)
+		}
 		w.st.heard()
 		if err := wr.Err(); err != nil {
 			return err
@@ -323,7 +336,6 @@ func watchUntil(ctx context.Context, s *Session, client *clientv3.Client, l live
 			return err
 		}
 	}
-	return w.closed(ctx, s, key)
 }
 
 // watch is an open watch of the package, listed by its stream (whose probe
@@ -333,6 +345,7 @@ func watchUntil(ctx context.Context, s *Session, client *clientv3.Client, l live
 type watch struct {
 	ch     clientv3.WatchChan
 	cancel context.CancelFunc // ends the watch: clientv3 closes ch
+	done   <-chan struct{}    // closed once the watch has ended (see watchUntil)
 	st     *stream
 	// inStream links the watches of st that etcd is creating, then its
 	// open watches; guarded by st.g.mu.
@@ -431,7 +444,7 @@ func openWatch(ctx context.Context, s *Session, client *clientv3.Client, l liven
 		if s != nil {
 			unbind = context.AfterFunc(s.life, cancel)
 		}
-		w := &watch{cancel: cancel}
+		w := &watch{cancel: cancel, done: wctx.Done()}
 		ch, ok := st.create(w, wctx, l.wait, key, opts...)
 		ended := !unbind()
 		if ok && !ended {
