@@ -75,7 +75,7 @@
 // is gone is granted or told as soon; with a TTL of 6 s, within about 5 s.
 // An idle stream costs about one progress request per third of the TTL,
 // whatever the number of waits and holds on it (BENCHMARKS.md); behind
-// etcd's gRPC proxy, which drops progress requests, each idle watch opens
+// etcd's gRPC proxy, which drops progress requests, each idle stream opens
 // and closes one watch per third of the TTL instead.
 //
 // A lock used only for efficiency (doing work once rather than twice) needs
