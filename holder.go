@@ -41,47 +41,75 @@ func newHolder(s *Session, pfx string) holder {
 // allocates only while a goroutine waits for it, not per value (a
 // channel of one token cost 112 bytes per Mutex), and is guarded by a
 // mutex of its owner's, which its methods are given.
+//
+// It hands itself to those that wait in turn, as the channel did (its
+// senders waited in order): one that let all of them race for it at
+// each leave let in the goroutine that left and came back at once, and a
+// goroutine of the same Mutex waited for ever while another looped on
+// Lock and Unlock (TestReviewWaitGateStarvation).
 type gate struct {
-	free chan struct{} // closed when in ends, for those that wait; nil while none waits
-	in   bool          // a goroutine is in
+	queue *gateWaiter // those that wait, first in first; nil while none waits
+	in    bool        // a goroutine is in
+}
+
+// gateWaiter is a goroutine that waits for a gate.
+type gateWaiter struct {
+	next *gateWaiter
+	in   chan struct{} // closed when the gate is handed to it
 }
 
 // enter lets the goroutine in, waiting while another is in if wait, and
 // otherwise reporting false at once. A wait ends with ctx, with
 // ctx.Err(). mu guards g; the caller does not hold it.
 func (g *gate) enter(mu *sync.Mutex, ctx context.Context, wait bool) (bool, error) {
-	for {
-		mu.Lock()
-		if !g.in {
-			g.in = true
-			mu.Unlock()
-			return true, nil
-		}
-		if !wait {
-			mu.Unlock()
-			return false, nil
-		}
-		if g.free == nil {
-			g.free = make(chan struct{})
-		}
-		free := g.free
+	mu.Lock()
+	if !g.in {
+		g.in = true
 		mu.Unlock()
-		select {
-		case <-free:
-		case <-ctx.Done():
-			return false, ctx.Err()
+		return true, nil
+	}
+	if !wait {
+		mu.Unlock()
+		return false, nil
+	}
+	me := &gateWaiter{in: make(chan struct{})}
+	at := &g.queue
+	for *at != nil {
+		at = &(*at).next
+	}
+	*at = me
+	mu.Unlock()
+	select {
+	case <-me.in:
+		return true, nil
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case <-me.in:
+		// Handed in as ctx ended: hand it on.
+		g.leave()
+	default:
+		for at := &g.queue; *at != nil; at = &(*at).next {
+			if *at == me {
+				*at = me.next
+				break
+			}
 		}
 	}
+	return false, ctx.Err()
 }
 
-// leave lets the next goroutine in. The caller holds the mutex that
-// guards g.
+// leave hands the gate to the first goroutine that waits for it, or
+// opens it. The caller holds the mutex that guards g.
 func (g *gate) leave() {
-	g.in = false
-	if g.free != nil {
-		close(g.free)
-		g.free = nil
+	if w := g.queue; w != nil {
+		g.queue = w.next
+		close(w.in)
+		return
 	}
+	g.in = false
 }
 
 // lock acquires key, with value val, by rule r, waiting if wait, else

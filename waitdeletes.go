@@ -852,7 +852,9 @@ func (st *stream) drop(w *watch) {
 // proxy, which drops progress requests. So if no answer comes within
 // wait, the probe makes sure: it opens a watch on the stream, which etcd
 // and the proxy create at once on a live stream, and closes it. Only if
-// that goes unanswered within wait too is the stream silent: the probe
+// that goes unanswered within wait too, and nothing else was heard on the
+// stream since the request (clientv3 creates the probe's watch behind
+// those it is creating already), is the stream silent: the probe
 // moves the client's stream on and ends every watch of the stream, whose
 // waits then see errNoAnswer (see watch.closed), read again and watch
 // anew. A silent stream is given up within 1.5 idle + 2 wait of the last
@@ -943,8 +945,13 @@ func (p *probe) run() {
 		}
 	}
 
+	// A stream heard from since the request is alive, whatever became of
+	// the probe's own watch: clientv3 creates it behind the stream's other
+	// creations, one at a time, and those may take longer than wait in all
+	// while etcd answers each (TestReviewWaitProbeBehindCreations).
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	alive = alive || st.heardAt.Load() > p.asked.UnixNano()
 	p.running = nil
 	close(running)
 	switch {
