@@ -2,6 +2,7 @@ package concurrency_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -273,5 +274,44 @@ func TestReviewWaitShorterLivenessJoinsAsked(t *testing.T) {
 	t.Logf("the silent stream was given up %v after its last word", took)
 	if n := sw.streams.Load(); n == 1 || took > bound {
 		t.Errorf("the silent stream was given up %v after its last word (%d streams opened), want within %v (1.5 idle + 2 wait of the waiter of TTL 3 s, and slack)", took, n, bound)
+	}
+}
+
+// The gate's hand-over under cancellation: goroutines of one Mutex wait
+// for it while another holds; one of them gives up (its ctx ends) as the
+// holder unlocks, and may be handed the gate as it gives up. Each Lock
+// returns, one goroutine at a time holds, and the others are let in.
+func TestReviewWaitGateCancelHandsOn(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	m := concurrency.NewMutex(newSession(t, sharedClient(t)), pfx)
+	ctx := t.Context()
+	var inside atomic.Int32
+	lock := func(ctx context.Context) error {
+		if err := m.Lock(ctx); err != nil {
+			return err
+		}
+		if n := inside.Add(1); n != 1 {
+			t.Errorf("%d goroutines of one Mutex hold it", n)
+		}
+		inside.Add(-1)
+		return m.Unlock(context.Background())
+	}
+	for range 20 {
+		if err := m.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		gctx, giveUp := context.WithCancel(ctx)
+		quitter := async(t, func() error { return lock(gctx) })
+		stayer := async(t, func() error { return lock(ctx) })
+		giveUp()
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := within(t, 10*time.Second, quitter, "the Lock whose ctx ended"); err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("Lock whose ctx ended = %v, want nil or context.Canceled", err)
+		}
+		if err := within(t, 10*time.Second, stayer, "the Lock that waits on"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
