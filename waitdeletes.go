@@ -806,9 +806,17 @@ func (st *stream) add(w *watch, key string, l liveness) {
 		st.l = l
 		st.p = newProbe(st)
 	case l.idle < st.l.idle || l.wait < st.l.wait:
+		// The probe's next run comes as soon as the new liveness asks:
+		// with a progress request out, once the new wait is over, not the
+		// old (TestReviewWaitShorterLivenessJoinsAsked). A run in
+		// progress reschedules itself with it.
 		st.l = liveness{idle: min(l.idle, st.l.idle), wait: min(l.wait, st.l.wait)}
-		if st.p.asked.IsZero() && st.p.running == nil {
-			st.p.t.Reset(st.p.untilAsk())
+		switch p := st.p; {
+		case p.running != nil:
+		case p.asked.IsZero():
+			p.t.Reset(p.untilAsk())
+		default:
+			p.t.Reset(time.Until(p.asked.Add(st.l.wait)))
 		}
 	}
 }
@@ -958,7 +966,7 @@ func (p *probe) run() {
 	case st.p != p || p.ctx.Err() != nil:
 		// Stopped: the stream has no watch left.
 	case alive && !asked:
-		p.t.Reset(time.Until(p.asked.Add(l.wait)))
+		p.t.Reset(time.Until(p.asked.Add(st.l.wait)))
 	case alive:
 		p.asked = time.Time{}
 		p.t.Reset(p.untilAsk())

@@ -2,6 +2,7 @@ package concurrency_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -76,6 +77,12 @@ type slowWatches struct {
 	streams atomic.Int64
 	delay   atomic.Int64 // time.Duration
 	asked   chan time.Time
+	// Once hangAfter is set, the next created response received is
+	// told on created, and from then on nothing is received until
+	// release is closed: the stream goes silent.
+	hangAfter, hung atomic.Bool
+	created         chan time.Time
+	release         chan struct{}
 }
 
 func (sw *slowWatches) option(cfg *clientv3.Config) {
@@ -108,6 +115,12 @@ func (s slowWatchStream) SendMsg(m any) error {
 
 func (s slowWatchStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
+	if s.sw.hung.Load() {
+		<-s.sw.release
+	}
+	if r, ok := m.(*pb.WatchResponse); ok && r.Created && s.sw.hangAfter.Load() && !s.sw.hung.Swap(true) {
+		s.sw.created <- time.Now()
+	}
 	if d := time.Duration(s.sw.delay.Load()); d > 0 {
 		time.Sleep(d)
 	}
@@ -124,7 +137,7 @@ func (s slowWatchStream) RecvMsg(m any) error {
 // reads again and watches anew on a new stream.
 func TestReviewWaitProbeBehindCreations(t *testing.T) {
 	pfx := etcdtest.Begin(t)
-	sw := &slowWatches{asked: make(chan time.Time, 1)}
+	sw := &slowWatches{asked: make(chan time.Time, 1), created: make(chan time.Time, 1), release: make(chan struct{})}
 	c := sharedClient(t, sw.option)
 	other := sharedClient(t)
 	holder := concurrency.NewMutex(newSession(t, other), pfx)
@@ -187,5 +200,118 @@ func TestReviewWaitProbeBehindCreations(t *testing.T) {
 	}
 	if n := sw.streams.Load(); n != 1 {
 		t.Errorf("the client opened %d watch streams: a stream heard from every 500 ms was given up as silent", n)
+	}
+}
+
+// The probe serves the most demanding watch of its stream: one opened
+// with a shorter liveness than the stream's others (a session of a
+// shorter TTL on the same client) has its stream given up within 1.5
+// idle + 2 wait of its own, from the last word on the stream, even if it
+// is created while the probe waits, with the others' longer wait, for
+// the answer to a progress request (here unanswered, as behind etcd's
+// gRPC proxy). Here a waiter of TTL 30 s (idle 10 s, wait 5 s) has the
+// stream asked for progress; a waiter of TTL 3 s (idle 1 s, wait 1 s) is
+// created just after, and the stream goes silent at once: it must be
+// given up within 3.5 s, not when the 5 s of the first waiter's wait are
+// over.
+func TestReviewWaitShorterLivenessJoinsAsked(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	sw := &slowWatches{asked: make(chan time.Time, 1), created: make(chan time.Time, 1), release: make(chan struct{})}
+	c := sharedClient(t, sw.option)
+	other := sharedClient(t)
+	hs := newSession(t, other)
+	var holders []*concurrency.Mutex
+	for _, name := range []string{pfx + "/long", pfx + "/short"} {
+		m := concurrency.NewMutex(hs, name)
+		if err := m.Lock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		holders = append(holders, m)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	var errcs []<-chan error
+	lock := func(ttl int, name string) {
+		m := concurrency.NewMutex(newSession(t, c, concurrency.WithTTL(ttl)), name)
+		errcs = append(errcs, async(t, func() error {
+			if err := m.Lock(ctx); err != nil {
+				return err
+			}
+			return m.Unlock(context.Background())
+		}))
+	}
+	defer func() {
+		close(sw.release)
+		for _, m := range holders {
+			m.Unlock(context.Background())
+		}
+		for _, errc := range errcs {
+			if err := within(t, 20*time.Second, errc, "a waiter"); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	lock(30, pfx+"/long")
+	etcdtest.WaitKeys(t, other, pfx+"/long", 2)
+	select {
+	case <-sw.asked:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no progress request within 20 s of silence")
+	}
+	sw.hangAfter.Store(true)
+	lock(3, pfx+"/short")
+	var last time.Time
+	select {
+	case last = <-sw.created:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second waiter's watch was not created within 5 s")
+	}
+	const bound = 3500*time.Millisecond + time.Second // 1.5 idle + 2 wait, and slack
+	for time.Since(last) < 10*time.Second && sw.streams.Load() == 1 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	took := time.Since(last)
+	t.Logf("the silent stream was given up %v after its last word", took)
+	if n := sw.streams.Load(); n == 1 || took > bound {
+		t.Errorf("the silent stream was given up %v after its last word (%d streams opened), want within %v (1.5 idle + 2 wait of the waiter of TTL 3 s, and slack)", took, n, bound)
+	}
+}
+
+// The gate's hand-over under cancellation: goroutines of one Mutex wait
+// for it while another holds; one of them gives up (its ctx ends) as the
+// holder unlocks, and may be handed the gate as it gives up. Each Lock
+// returns, one goroutine at a time holds, and the others are let in.
+func TestReviewWaitGateCancelHandsOn(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	m := concurrency.NewMutex(newSession(t, sharedClient(t)), pfx)
+	ctx := t.Context()
+	var inside atomic.Int32
+	lock := func(ctx context.Context) error {
+		if err := m.Lock(ctx); err != nil {
+			return err
+		}
+		if n := inside.Add(1); n != 1 {
+			t.Errorf("%d goroutines of one Mutex hold it", n)
+		}
+		inside.Add(-1)
+		return m.Unlock(context.Background())
+	}
+	for range 20 {
+		if err := m.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		gctx, giveUp := context.WithCancel(ctx)
+		quitter := async(t, func() error { return lock(gctx) })
+		stayer := async(t, func() error { return lock(ctx) })
+		giveUp()
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := within(t, 10*time.Second, quitter, "the Lock whose ctx ended"); err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("Lock whose ctx ended = %v, want nil or context.Canceled", err)
+		}
+		if err := within(t, 10*time.Second, stayer, "the Lock that waits on"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
