@@ -91,6 +91,18 @@ func newSession(t testing.TB, c *clientv3.Client, opts ...concurrency.SessionOpt
 	return s
 }
 
+// newEtcdSession is newSession for etcd's own package, closed when the
+// test ends.
+func newEtcdSession(t testing.TB, c *clientv3.Client) *etcdconc.Session {
+	t.Helper()
+	s, err := etcdconc.NewSession(c)
+	if err != nil {
+		t.Fatalf("etcd's NewSession: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // sharedClient returns a new client of the shared cluster.
 func sharedClient(t testing.TB, opts ...func(*clientv3.Config)) *clientv3.Client {
 	return etcdtest.NewClient(t, etcdtest.Endpoints(), opts...)

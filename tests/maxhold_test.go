@@ -81,11 +81,7 @@ func TestMaxHoldEndsHold(t *testing.T) {
 	tok := m.Token()
 	ownLease(t, c, s, m.Key(), tok, 5)
 
-	es, err := etcdconc.NewSession(sharedClient(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer es.Close()
+	es := newEtcdSession(t, sharedClient(t))
 	em := etcdconc.NewMutex(es, pfx)
 	errc := async(t, func() error { return em.Lock(t.Context()) })
 	etcdtest.WaitKeys(t, c, pfx, 2)

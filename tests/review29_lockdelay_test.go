@@ -14,11 +14,7 @@ import (
 // of its own client that is closed when the test ends.
 func etcdHolder(t *testing.T, name string) (*etcdconc.Session, *etcdconc.Mutex) {
 	t.Helper()
-	es, err := etcdconc.NewSession(sharedClient(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { es.Close() })
+	es := newEtcdSession(t, sharedClient(t))
 	em := etcdconc.NewMutex(es, name)
 	if err := em.Lock(t.Context()); err != nil {
 		t.Fatal(err)

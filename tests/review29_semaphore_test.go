@@ -78,11 +78,7 @@ func TestReview29WeightedEtcdMutex(t *testing.T) {
 	if err := b.Acquire(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	es, err := etcdconc.NewSession(sharedClient(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer es.Close()
+	es := newEtcdSession(t, sharedClient(t))
 	em := etcdconc.NewMutex(es, pfx)
 	eerr := async(t, func() error { return em.Lock(t.Context()) })
 	etcdtest.WaitKeys(t, c, pfx, 3)

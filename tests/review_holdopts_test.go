@@ -32,11 +32,7 @@ func TestReviewHoldOptsMaxHoldShorterThanLockDelay(t *testing.T) {
 	werr := async(t, func() error { return wm.Lock(t.Context()) })
 	etcdtest.WaitKeys(t, c, pfx, 2)
 
-	es, err := etcdconc.NewSession(sharedClient(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer es.Close()
+	es := newEtcdSession(t, sharedClient(t))
 	em := etcdconc.NewMutex(es, pfx)
 	eerr := async(t, func() error { return em.Lock(t.Context()) })
 	etcdtest.WaitKeys(t, c, pfx, 3)
@@ -134,11 +130,7 @@ func TestReviewHoldOptsDefaultWritesNoNewKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	hctx := m.Ctx() // starts the watcher
-	es, err := etcdconc.NewSession(sharedClient(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer es.Close()
+	es := newEtcdSession(t, sharedClient(t))
 	em := etcdconc.NewMutex(es, pfx)
 	eerr := async(t, func() error { return em.Lock(t.Context()) })
 	etcdtest.WaitKeys(t, c, pfx, 2)

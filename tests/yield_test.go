@@ -52,11 +52,7 @@ func TestYieldMutex(t *testing.T) {
 	hctx := <-inFn
 	key, tok := m.Key(), m.Token()
 
-	es, err := etcdconc.NewSession(sharedClient(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer es.Close()
+	es := newEtcdSession(t, sharedClient(t))
 	em := etcdconc.NewMutex(es, pfx)
 	errc := async(t, func() error { return em.Lock(t.Context()) })
 	etcdtest.WaitKeys(t, c, pfx, 2)
