@@ -23,7 +23,7 @@ func TestReviewHoldOptsHealthEndsWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sick atomic.Bool
-	ws := newSession(t, sharedClient(t), concurrency.WithHealthCheck(50*time.Millisecond, 2, func(ctx context.Context) error {
+	ws := newSession(t, sharedClient(t), concurrency.WithHealthCheck(200*time.Millisecond, 2, func(ctx context.Context) error {
 		if sick.Load() {
 			return errors.New("test: sick")
 		}
