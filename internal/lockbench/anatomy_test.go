@@ -66,8 +66,15 @@ func TestAnatomy(t *testing.T) {
 					t.Fatalf("handoff %d: read %v, delete %v: want both positive", i, r.Segments[SegRead][i], r.Segments[SegDelete][i])
 				}
 			}
-			if want := x.reads * r.Traced(); r.Reads != want {
-				t.Errorf("%d reads after the event in %d traced handoffs, want %d each", r.Reads, r.Traced(), x.reads)
+			// Each traced handoff reads at least as its package does after
+			// the event. A few may read once more: a waiter whose watch
+			// began just after the delete reads its predecessor again
+			// (see missed in waitdeletes.go) before it judges, while the
+			// harness saw the delete's event on its client's stream (in a
+			// CI run, 238 reads in 237 handoffs). The mean, which the
+			// report shows, stays within 5 % of the package's count.
+			if least := x.reads * r.Traced(); r.Reads < least || r.Reads > least+r.Traced()/20 {
+				t.Errorf("%d reads after the event in %d traced handoffs, want %d each (at most 5 %% more in all)", r.Reads, r.Traced(), x.reads)
 			}
 			if r.ClientCPU <= 0 || r.ServerCPU <= 0 {
 				t.Errorf("CPU client %v, server %v: want both measured", r.ClientCPU, r.ServerCPU)
