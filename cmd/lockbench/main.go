@@ -66,9 +66,16 @@
 // servers over -idle-window are counted by method from the servers' gRPC
 // metrics, and the watch progress requests by client interceptors.
 //
+// And slow, also only when -only names it (issue 38): every operation of
+// both packages (and this package's Semaphore, SetLimit and RWMutex) on a
+// client whose writes are answered -slow-write late (2 s by default) while
+// its reads, watches and keepalives are answered at once, -slow-trials
+// times each on a new client: how many succeed, their mean time, and the
+// writes the client sends for each (every attempt).
+//
 // -only runs some of the workloads, by group: basic (raw Put and Get,
 // uncontended, TryLock), contended, anatomy, many, queue, lost, semaphore,
-// rwmutex, metrics, idle.
+// rwmutex, metrics, idle, slow.
 //
 // -peer-delay makes commits slow: the embedded members reach one another
 // through loopback proxies that delay every byte of their peer connections
@@ -135,14 +142,19 @@ type config struct {
 	childAnatomy    string
 	serverPID       int
 	peerDelay       time.Duration
+	// The slow group (see slow.go).
+	slowWrite   time.Duration
+	slowTTL     int
+	slowTrials  int
+	slowTimeout time.Duration
 }
 
 // groups are the workload groups that -only selects from, in run order.
-var groups = []string{"basic", "contended", "anatomy", "many", "queue", "semaphore", "rwmutex", "metrics", "lost", "idle"}
+var groups = []string{"basic", "contended", "anatomy", "many", "queue", "semaphore", "rwmutex", "metrics", "lost", "idle", "slow"}
 
 // optIn are the groups that run only when -only names them: their
 // windows are minutes long.
-var optIn = []string{"idle"}
+var optIn = []string{"idle", "slow"}
 
 // runs reports whether the workloads of group run.
 func (c config) runs(group string) bool {
@@ -225,6 +237,10 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.idleClients, "idle-clients", 100, "idle workload, fleet: clients, each with one session that holds or waits (half hold, half wait)")
 	fs.StringVar(&idleTTLs, "idle-ttls", "60,6", "session TTLs, in seconds, of the idle workload, one run each")
 	fs.DurationVar(&cfg.idleWindow, "idle-window", time.Minute, "idle workload: how long the traffic of the idle holds and waits is counted, per package, layout and TTL")
+	fs.DurationVar(&cfg.slowWrite, "slow-write", 2*time.Second, "slow group: how late every write of its clients is answered (reads at once)")
+	fs.IntVar(&cfg.slowTTL, "slow-ttl", 10, "slow group: session TTL, in seconds")
+	fs.IntVar(&cfg.slowTrials, "slow-trials", 3, "slow group: trials per package, each on a new client")
+	fs.DurationVar(&cfg.slowTimeout, "slow-timeout", 30*time.Second, "slow group: bound of each operation")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
