@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/seed-a9d410c6/concurrency/internal/embedetcd"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdproc"
 	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
 )
@@ -62,9 +63,9 @@ type diskRound struct {
 // diskResults is what the disk-bound run measured.
 type diskResults struct {
 	dir, fsType string
-	leader      int // member index that led the cluster at the start; -1 if unknown
+	inProcess   bool // the members ran in this process (-disk-inprocess)
+	leader      int  // member index that led the cluster at the start; -1 if unknown
 	leaderEnd   int
-	binary      string
 	rounds      []diskRound
 	anatomy     []anatomyPair
 	fsyncs      float64 // WAL fsyncs over the run, summed over the members
@@ -108,24 +109,38 @@ func runDisk(ctx context.Context, cfg config, w io.Writer) (err error) {
 	}
 	defer os.RemoveAll(dir)
 	res.dir, res.fsType = dir, fsType
-	bin := cfg.etcdBinary
-	if bin == "" {
-		progress("building the etcd server (%s) into %s", etcdproc.ServerPackage, dir)
-		if bin, err = etcdproc.Build(ctx, dir); err != nil {
-			return fmt.Errorf("%w (run from the repository, or give -etcd-binary)", err)
+	var eps []string
+	if cfg.diskInProcess {
+		progress("starting 3 embedded etcd members in this process, data in %s (%s), fsync on", dir, fsType)
+		clus, err := embedetcd.StartWith(ctx, 3, embedetcd.Options{Dir: dir})
+		if err != nil {
+			return err
 		}
+		defer clus.Close()
+		eps, res.inProcess = clus.Endpoints, true
+	} else {
+		bin := cfg.etcdBinary
+		if bin == "" {
+			progress("building the etcd server (%s) into %s", etcdproc.ServerPackage, dir)
+			if bin, err = etcdproc.Build(ctx, dir); err != nil {
+				return fmt.Errorf("%w (run from the repository, or give -etcd-binary)", err)
+			}
+		}
+		progress("starting 3 etcd processes, data in %s (%s), fsync on", dir, fsType)
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		clus, err := etcdproc.Start(sctx, etcdproc.Config{Binary: bin, Dir: dir, Size: 3})
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer clus.Close()
+		eps = clus.Endpoints()
 	}
-	res.binary = bin
-	progress("starting 3 etcd processes, data in %s (%s), fsync on", dir, fsType)
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	clus, err := etcdproc.Start(sctx, etcdproc.Config{Binary: bin, Dir: dir, Size: 3})
-	cancel()
-	if err != nil {
-		return err
+	// Members in this process share one registry: scrape it once.
+	scraped := eps
+	if res.inProcess {
+		scraped = eps[:1]
 	}
-	defer clus.Close()
-	eps := clus.Endpoints()
-
 	// One client per member, each session on one of them, round robin.
 	var counter lockbench.Counter
 	var kinds lockbench.Kinds
@@ -144,14 +159,14 @@ func runDisk(ctx context.Context, cfg config, w io.Writer) (err error) {
 		return err
 	}
 	defer closePut()
-	res.leader = leaderOf(ctx, clus, putc[0])
+	res.leader = leaderOf(ctx, eps, putc[0])
 
 	root := cfg.prefix
 	if root == "" {
 		root = fmt.Sprintf("/lockbench/%d", time.Now().UnixNano())
 	}
 	defer func() { err = errors.Join(err, checkEmpty(ctx, cs[0], root)) }()
-	m0, err := scrapeAll(ctx, eps)
+	m0, err := scrapeAll(ctx, scraped)
 	if err != nil {
 		return err
 	}
@@ -172,7 +187,7 @@ func runDisk(ctx context.Context, cfg config, w io.Writer) (err error) {
 			}
 			for _, impl := range order {
 				progress("disk-bound, %d sessions, round %d/%d: %s, %d acquisitions", n, round+1, cfg.diskRounds, impl.Name, cfg.diskAcquisitions)
-				dw, err := diskLocks(ctx, cfg, env, &kinds, eps, impl, pfx+"/"+impl.Name, n)
+				dw, err := diskLocks(ctx, cfg, env, &kinds, scraped, impl, pfx+"/"+impl.Name, n)
 				if err != nil {
 					return err
 				}
@@ -210,7 +225,7 @@ func runDisk(ctx context.Context, cfg config, w io.Writer) (err error) {
 			res.anatomy = append(res.anatomy, p)
 		}
 	}
-	m1, err := scrapeAll(ctx, eps)
+	m1, err := scrapeAll(ctx, scraped)
 	if err != nil {
 		return err
 	}
@@ -220,18 +235,23 @@ func runDisk(ctx context.Context, cfg config, w io.Writer) (err error) {
 	if res.fsyncs == 0 {
 		return errors.New("disk-bound: the members made no WAL fsync: fsync is off, and the run measures nothing it means to")
 	}
-	res.leaderEnd = leaderOf(ctx, clus, putc[0])
+	res.leaderEnd = leaderOf(ctx, eps, putc[0])
 	res.loadEnd, res.took = loadavg(), time.Since(start)
 	progress("disk-bound: done in %v", res.took.Round(time.Second))
 	diskReport(w, cfg, res)
 	return nil
 }
 
-// leaderOf is the index of the member that leads, or -1.
-func leaderOf(ctx context.Context, clus *etcdproc.Cluster, c *clientv3.Client) int {
+// leaderOf is the index of the member of eps that leads, or -1.
+func leaderOf(ctx context.Context, eps []string, c *clientv3.Client) int {
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return clus.Leader(lctx, c)
+	for i, ep := range eps {
+		if st, err := c.Status(lctx, ep); err == nil && st.Leader == st.Header.MemberId {
+			return i
+		}
+	}
+	return -1
 }
 
 // scrapeAll scrapes every member's metrics at once.
@@ -330,7 +350,12 @@ func selfCPU() time.Duration {
 func diskReport(w io.Writer, cfg config, res diskResults) {
 	fmt.Fprintf(w, "# lockbench -disk: contended Lock/Unlock on a cluster whose commits wait for the disk\n\n")
 	fmt.Fprintf(w, "- machine: %s\n", machine())
-	fmt.Fprintf(w, "- cluster: 3 etcd server processes (%s, built from this module's graph), etcd's default flags (fsync on, heartbeat 100 ms, election 1000 ms), data in %s (file system %s); %.0f WAL fsyncs over the run; leader: member %d at the start, %d at the end\n", etcdproc.ServerPackage, res.dir, res.fsType, res.fsyncs, res.leader, res.leaderEnd)
+	if res.inProcess {
+		fmt.Fprintf(w, "- cluster: 3 etcd members embedded in this process (internal/embedetcd: fsync on, heartbeat 50 ms, election 500 ms), with the clients: the members' metrics are one registry, shown as \"all members\", and the CPU rows are this process's, members and clients together; ")
+	} else {
+		fmt.Fprintf(w, "- cluster: 3 etcd server processes (%s, built from this module's graph), etcd's default flags (fsync on, heartbeat 100 ms, election 1000 ms); ", etcdproc.ServerPackage)
+	}
+	fmt.Fprintf(w, "data in %s (file system %s); %.0f WAL fsyncs over the run; leader: member %d at the start, %d at the end\n", res.dir, res.fsType, res.fsyncs, res.leader, res.leaderEnd)
 	fmt.Fprintf(w, "- clients: one per member; a package's sessions are spread over them round robin; the raw Put client is member 0's\n")
 	fmt.Fprintf(w, "- workload: each session loops Lock and Unlock on one name until %d acquisitions are done (counted once every session has queued); %d rounds, the packages alternating (ours first in even rounds); raw Put (one client, sequential Puts of one key, %v windows) before and after each round's pair\n", cfg.diskAcquisitions, cfg.diskRounds, cfg.diskPut)
 	fmt.Fprintf(w, "- load average: %s at the start, %s at the end; run time %v\n\n", res.loadStart, res.loadEnd, res.took.Round(time.Second))
@@ -378,7 +403,11 @@ func diskReport(w io.Writer, cfg config, res diskResults) {
 			continue
 		}
 		fmt.Fprintf(w, "%d sessions:\n\n", n)
-		costTable(w, res.leader, ws[0], ws[1])
+		leader := res.leader
+		if res.inProcess {
+			leader = -1 // one registry for the three members
+		}
+		costTable(w, leader, ws[0], ws[1])
 		fmt.Fprintln(w)
 	}
 
@@ -450,9 +479,11 @@ func costTable(w io.Writer, leader int, ours, etcd []diskWindow) {
 		}
 		return x
 	}
+	// Without a leader's own metrics (members in this process share one
+	// registry) the leader's rows are every member's.
 	lead := func(s sums, name string, labels ...string) float64 {
 		if leader < 0 || leader >= len(s.members) {
-			return 0
+			return all(s, name, labels...)
 		}
 		return s.members[leader].Sum(name, labels...)
 	}
@@ -509,6 +540,9 @@ func costTable(w io.Writer, leader int, ours, etcd []diskWindow) {
 	sort.Strings(ops)
 	for _, op := range ops {
 		l := fmt.Sprintf("op=%q", op)
+		if all(o, "etcd_server_apply_duration_seconds_count", l)+all(e, "etcd_server_apply_duration_seconds_count", l) == 0 {
+			continue
+		}
 		row("leader: applies of "+op+" (mean apply)", func(s sums) string {
 			c := lead(s, "etcd_server_apply_duration_seconds_count", l)
 			if c == 0 {

@@ -146,6 +146,7 @@ type config struct {
 	diskPut          time.Duration
 	diskBound        time.Duration
 	diskAnatomy      bool
+	diskInProcess    bool
 }
 
 // groups are the workload groups that -only selects from, in run order.
@@ -237,6 +238,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.diskPut, "disk-put", time.Second, "-disk: each raw Put window, before and after each round")
 	fs.DurationVar(&cfg.diskBound, "disk-bound", 3*time.Minute, "-disk: longest lock window; a window that has not reached -disk-acquisitions by then fails the run")
 	fs.BoolVar(&cfg.diskAnatomy, "disk-anatomy", true, "-disk: also cut the handoffs of one more window per package and session count into segments")
+	fs.BoolVar(&cfg.diskInProcess, "disk-inprocess", false, "-disk: the 3 members embedded in this process (as etcd's integration framework runs them), with data under -disk-dir and fsync on, instead of server processes")
 	fs.IntVar(&cfg.semSessions, "sem-sessions", 32, "sessions of the semaphore workload, each with one Semaphore cycling Acquire and Release (0: skip it)")
 	fs.IntVar(&cfg.semLimit, "sem-limit", 4, "permits of the semaphore workloads")
 	fs.StringVar(&semWaiters, "sem-waiters", "2,1000", "queue lengths of the semaphore queue workload, behind -sem-limit held permits")
