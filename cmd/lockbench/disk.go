@@ -54,6 +54,7 @@ type diskRound struct {
 	round          int
 	putBefore      lockbench.Result
 	putAfter       lockbench.Result
+	get            lockbench.Result // linearizable Gets, after putBefore
 	ours, etcd     diskWindow
 	loadAtStart    string
 	firstIsEtcd    bool
@@ -179,6 +180,9 @@ func runDisk(ctx context.Context, cfg config, w io.Writer) (err error) {
 			pfx := fmt.Sprintf("%s/disk-%d-%d", root, n, round)
 			progress("disk-bound, %d sessions, round %d/%d: raw Put", n, round+1, cfg.diskRounds)
 			if r.putBefore, err = lockbench.RawPut(ctx, putEnv, pfx+"/put-before", putLim); err != nil {
+				return err
+			}
+			if r.get, err = lockbench.RawGet(ctx, putEnv, pfx+"/get", putLim); err != nil {
 				return err
 			}
 			order := []lockbench.Impl{ours, etcd}
@@ -334,7 +338,7 @@ func diskAnatomy(ctx context.Context, cfg config, eps []string, impl lockbench.I
 		cs = append(cs, c[0])
 	}
 	return lockbench.Anatomy(ctx, lockbench.Env{Clients: cs}, &tracer, impl, pfx, n, 0,
-		lockbench.Limits{Duration: cfg.diskBound, MaxOps: cfg.diskAcquisitions})
+		lockbench.Limits{Duration: cfg.diskBound, MaxOps: cfg.diskAcquisitions, Pause: cfg.diskPause})
 }
 
 // selfCPU is this process's user and system CPU time.
@@ -357,11 +361,11 @@ func diskReport(w io.Writer, cfg config, res diskResults) {
 	}
 	fmt.Fprintf(w, "data in %s (file system %s); %.0f WAL fsyncs over the run; leader: member %d at the start, %d at the end\n", res.dir, res.fsType, res.fsyncs, res.leader, res.leaderEnd)
 	fmt.Fprintf(w, "- clients: one per member; a package's sessions are spread over them round robin; the raw Put client is member 0's\n")
-	fmt.Fprintf(w, "- workload: each session loops Lock and Unlock on one name until %d acquisitions are done (counted once every session has queued); %d rounds, the packages alternating (ours first in even rounds); raw Put (one client, sequential Puts of one key, %v windows) before and after each round's pair\n", cfg.diskAcquisitions, cfg.diskRounds, cfg.diskPut)
+	fmt.Fprintf(w, "- workload: each session loops Lock and Unlock on one name until %d acquisitions are done (counted once every session has queued); %d rounds, the packages alternating (ours first in even rounds); raw Put (one client, sequential Puts of one key, %v windows) before and after each round's pair, and raw Get (linearizable, the same client) after the first\n", cfg.diskAcquisitions, cfg.diskRounds, cfg.diskPut)
 	fmt.Fprintf(w, "- load average: %s at the start, %s at the end; run time %v\n\n", res.loadStart, res.loadEnd, res.took.Round(time.Second))
 
 	fmt.Fprintf(w, "## Rounds\n\n")
-	t := newTable("sessions", "round", "load", "raw Put/s (before, after)", "ours acq/s", "etcd acq/s", "ours ÷ etcd", "ours handoff p50", "etcd handoff p50")
+	t := newTable("sessions", "round", "load", "raw Put/s (before, after)", "raw Get mean", "ours acq/s", "etcd acq/s", "ours ÷ etcd", "ours handoff p50", "etcd handoff p50")
 	for _, r := range res.rounds {
 		first := "ours first"
 		if r.firstIsEtcd {
@@ -369,6 +373,7 @@ func diskReport(w io.Writer, cfg config, res diskResults) {
 		}
 		t.add(fmt.Sprint(r.sessions), fmt.Sprintf("%d (%s)", r.round+1, first), r.loadAtStart,
 			fmt.Sprintf("%s (%s, %s)", num(r.putRateAroundS), num(r.putBefore.Stats().PerSec), num(r.putAfter.Stats().PerSec)),
+			dur(r.get.Stats().Mean),
 			num(r.ours.perSec()), num(r.etcd.perSec()), ratio(r.ours.perSec(), r.etcd.perSec()),
 			dur(r.ours.res.Stats().P50), dur(r.etcd.res.Stats().P50))
 	}
@@ -412,7 +417,11 @@ func diskReport(w io.Writer, cfg config, res diskResults) {
 	}
 
 	if len(res.anatomy) > 0 {
-		fmt.Fprintf(w, "## Anatomy of a handoff on this cluster\n\nThe contended workload again, on clients of its own (one per member) with the anatomy's interceptors, %d acquisitions per package and session count (see the default run's anatomy for how a handoff is cut). Server CPU is in the table above.\n\n", cfg.diskAcquisitions)
+		fmt.Fprintf(w, "## Anatomy of a handoff on this cluster\n\nThe contended workload again, on clients of its own (one per member) with the anatomy's interceptors, %d acquisitions per package and session count (see the default run's anatomy for how a handoff is cut). Server CPU is in the table above.", cfg.diskAcquisitions)
+		if cfg.diskPause > 0 {
+			fmt.Fprintf(w, " Each session waits %v after its Unlock before it locks again (-disk-pause).", cfg.diskPause)
+		}
+		fmt.Fprintf(w, "\n\n")
 		for _, p := range res.anatomy {
 			t := newTable("segment", "ours mean", "p50", "p99", "etcd mean", "p50", "p99")
 			for i := 0; i < lockbench.NumSegments; i++ {

@@ -147,6 +147,7 @@ type config struct {
 	diskBound        time.Duration
 	diskAnatomy      bool
 	diskInProcess    bool
+	diskPause        time.Duration
 }
 
 // groups are the workload groups that -only selects from, in run order.
@@ -238,6 +239,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.diskPut, "disk-put", time.Second, "-disk: each raw Put window, before and after each round")
 	fs.DurationVar(&cfg.diskBound, "disk-bound", 3*time.Minute, "-disk: longest lock window; a window that has not reached -disk-acquisitions by then fails the run")
 	fs.BoolVar(&cfg.diskAnatomy, "disk-anatomy", true, "-disk: also cut the handoffs of one more window per package and session count into segments")
+	fs.DurationVar(&cfg.diskPause, "disk-pause", 0, "-disk: in the anatomy, each session waits this long after its Unlock before it locks again, so that the next waiter's read does not meet the releaser's new enqueue")
 	fs.BoolVar(&cfg.diskInProcess, "disk-inprocess", false, "-disk: the 3 members embedded in this process (as etcd's integration framework runs them), with data under -disk-dir and fsync on, instead of server processes")
 	fs.IntVar(&cfg.semSessions, "sem-sessions", 32, "sessions of the semaphore workload, each with one Semaphore cycling Acquire and Release (0: skip it)")
 	fs.IntVar(&cfg.semLimit, "sem-limit", 4, "permits of the semaphore workloads")
@@ -328,8 +330,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-peer-delay must not be negative, and applies only to the embedded cluster (no -endpoints)")
 	case cfg.disk && (len(cfg.endpoints) > 0 || cfg.peerDelay > 0):
 		return cfg, errors.New("-disk starts its own cluster: no -endpoints or -peer-delay")
-	case cfg.diskAcquisitions < 2 || cfg.diskRounds < 1 || cfg.diskPut <= 0 || cfg.diskBound <= 0:
-		return cfg, errors.New("need -disk-acquisitions >= 2, -disk-rounds >= 1, positive -disk-put and -disk-bound")
+	case cfg.diskAcquisitions < 2 || cfg.diskRounds < 1 || cfg.diskPut <= 0 || cfg.diskBound <= 0 || cfg.diskPause < 0:
+		return cfg, errors.New("need -disk-acquisitions >= 2, -disk-rounds >= 1, positive -disk-put and -disk-bound, -disk-pause >= 0")
 	case cfg.metricsSessions < 2:
 		return cfg, errors.New("-metrics-sessions must be at least 2")
 	case cfg.rounds < 1 || cfg.clients < 2 || cfg.maxOps < 1 || cfg.lostTTL < 1 || cfg.lostTrials < 1:

@@ -48,6 +48,10 @@ type Limits struct {
 	// OnStart and OnStop, if set, are called as the window opens and closes
 	// (a testing.B resets and stops its timer there).
 	OnStart, OnStop func()
+	// Pause, if positive, is how long a session of the anatomy workload
+	// waits after its Unlock before it locks again: the next waiter's read
+	// then no longer meets the releaser's new enqueue (issue 43).
+	Pause time.Duration
 }
 
 func (l Limits) start() {
