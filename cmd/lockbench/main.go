@@ -74,6 +74,14 @@
 // through loopback proxies that delay every byte of their peer connections
 // by that much, each way (see embedetcd.Options).
 //
+// -disk runs, instead of all of the above, the disk-bound comparison (issue
+// 43; see disk.go): 3 etcd server processes with fsync on and their data
+// on a real disk, each package's sessions spread over one client per
+// member, looping Lock and Unlock until -disk-acquisitions, the packages
+// interleaved round by round, with the members' own metrics (WAL fsyncs,
+// raft entries, apply time by request type, CPU) and the requests of each
+// kind per acquisition, and the anatomy of a handoff on that cluster.
+//
 // Every workload uses its own key prefix under /lockbench/<run>, closes its
 // sessions, and checks that its prefix is empty; the run checks that the
 // whole run prefix is empty at the end.
