@@ -29,20 +29,17 @@ import (
 // -disk-acquisitions are done. The packages alternate within each round
 // (ours first in even rounds, etcd's first in odd ones), and the rate of
 // sequential single-key Puts from one client is measured before and
-// after the pair. Around each window the members' /metrics pages are
+// after the pair (linearizable Gets too, after the first). -disk-inprocess
+// runs the members in this process instead. Around each window the members' /metrics pages are
 // scraped: WAL fsyncs, raft entries committed and applied, the apply time
 // of each request type, ranges served, and each member's CPU.
 
 // diskWindow is one package's window at one session count, in one round.
 type diskWindow struct {
-	impl      string
-	sessions  int
-	round     int
 	res       lockbench.Result
 	kinds     map[string]int64    // client requests by kind
-	members   []lockbench.Metrics // each member's metrics, after minus before
+	members   []lockbench.Metrics // each member's metrics (or, in process, the one registry's), after minus before
 	clientCPU time.Duration       // this process's CPU over the window
-	load      string              // load average as the window closed
 }
 
 func (d diskWindow) perSec() float64 { return d.res.Stats().PerSec }
@@ -58,7 +55,7 @@ type diskRound struct {
 	ours, etcd     diskWindow
 	loadAtStart    string
 	firstIsEtcd    bool
-	putRateAroundS float64
+	putRateAroundS float64 // raw Put's rate over both of its windows
 }
 
 // diskResults is what the disk-bound run measured.
@@ -195,7 +192,6 @@ func runDisk(ctx context.Context, cfg config, w io.Writer) (err error) {
 				if err != nil {
 					return err
 				}
-				dw.round = round
 				if impl.Name == ours.Name {
 					r.ours = dw
 				} else {
@@ -213,20 +209,12 @@ func runDisk(ctx context.Context, cfg config, w io.Writer) (err error) {
 		}
 	}
 	if cfg.diskAnatomy {
-		for _, n := range cfg.diskSessions {
-			var p anatomyPair
-			for _, x := range []struct {
-				impl lockbench.Impl
-				into *lockbench.AnatomyResult
-			}{{ours, &p.ours}, {etcd, &p.etcd}} {
-				progress("disk-bound anatomy, %d sessions, %s", n, x.impl.Name)
-				a, err := diskAnatomy(ctx, cfg, eps, x.impl, fmt.Sprintf("%s/disk-anatomy-%d/%s", root, n, x.impl.Name), n)
-				if err != nil {
-					return err
-				}
-				*x.into = a
-			}
-			res.anatomy = append(res.anatomy, p)
+		res.anatomy, err = anatomies(cfg.diskSessions, func(impl lockbench.Impl, n int) (lockbench.AnatomyResult, error) {
+			progress("disk-bound anatomy, %d sessions, %s", n, impl.Name)
+			return diskAnatomy(ctx, cfg, eps, impl, fmt.Sprintf("%s/disk-anatomy-%d/%s", root, n, impl.Name), n)
+		})
+		if err != nil {
+			return err
 		}
 	}
 	m1, err := scrapeAll(ctx, scraped)
@@ -280,7 +268,7 @@ func scrapeAll(ctx context.Context, eps []string) ([]lockbench.Metrics, error) {
 // clients, loop Lock and Unlock on one name until -disk-acquisitions are
 // done; the members are scraped as the window opens and as it closes.
 func diskLocks(ctx context.Context, cfg config, env lockbench.Env, kinds *lockbench.Kinds, eps []string, impl lockbench.Impl, pfx string, n int) (diskWindow, error) {
-	dw := diskWindow{impl: impl.Name, sessions: n}
+	var dw diskWindow
 	var (
 		before, after []lockbench.Metrics
 		k0, k1        map[string]int64
@@ -301,7 +289,6 @@ func diskLocks(ctx context.Context, cfg config, env lockbench.Env, kinds *lockbe
 			var err error
 			after, err = scrapeAll(ctx, eps)
 			serr = errors.Join(serr, err)
-			dw.load = loadavg()
 		},
 	}
 	r, err := lockbench.Contended(ctx, env, impl, pfx, n, lim)
@@ -417,34 +404,13 @@ func diskReport(w io.Writer, cfg config, res diskResults) {
 	}
 
 	if len(res.anatomy) > 0 {
-		fmt.Fprintf(w, "## Anatomy of a handoff on this cluster\n\nThe contended workload again, on clients of its own (one per member) with the anatomy's interceptors, %d acquisitions per package and session count (see the default run's anatomy for how a handoff is cut). Server CPU is in the table above.", cfg.diskAcquisitions)
+		fmt.Fprintf(w, "## Anatomy of a handoff on this cluster\n\nThe contended workload again, on clients of its own (one per member) with the anatomy's interceptors, %d acquisitions per package and session count (see the default run's anatomy for how a handoff is cut). Server CPU is in the table above (\"-\" here: the members are other processes).", cfg.diskAcquisitions)
 		if cfg.diskPause > 0 {
 			fmt.Fprintf(w, " Each session waits %v after its Unlock before it locks again (-disk-pause).", cfg.diskPause)
 		}
 		fmt.Fprintf(w, "\n\n")
 		for _, p := range res.anatomy {
-			t := newTable("segment", "ours mean", "p50", "p99", "etcd mean", "p50", "p99")
-			for i := 0; i < lockbench.NumSegments; i++ {
-				om, o50, o99 := lockbench.Summary(p.ours.Segments[i])
-				em, e50, e99 := lockbench.Summary(p.etcd.Segments[i])
-				t.add(lockbench.SegmentNames[i], sdur(om), sdur(o50), sdur(o99), sdur(em), sdur(e50), sdur(e99))
-			}
-			om, o50, o99 := lockbench.Summary(p.ours.Cycles)
-			em, e50, e99 := lockbench.Summary(p.etcd.Cycles)
-			t.add("**cycle**", sdur(om), sdur(o50), sdur(o99), sdur(em), sdur(e50), sdur(e99))
-			fmt.Fprintf(w, "%d sessions:\n\n", p.ours.Sessions)
-			t.write(w)
-			fmt.Fprintln(w)
-			t = newTable("package", "acquisitions/s", "handoffs", "traced", "no event", "reads after the event", "client CPU/acq")
-			for _, r := range []lockbench.AnatomyResult{p.ours, p.etcd} {
-				reads := "-"
-				if r.Traced() > 0 {
-					reads = num(float64(r.Reads) / float64(r.Traced()))
-				}
-				t.add(r.Impl, num(r.PerSec()), fmt.Sprint(r.Handoffs), fmt.Sprint(r.Traced()), fmt.Sprint(r.NoEvent), reads, cpuPer(r.ClientCPU, r.Ops))
-			}
-			t.write(w)
-			fmt.Fprintln(w)
+			anatomyTables(w, p)
 		}
 	}
 }
