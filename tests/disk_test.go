@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/tests/v3/framework/integration"
 
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
@@ -102,4 +104,119 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Fields(string(b))[0]
+}
+
+// TestDiskKeysOnlyRange measures what issue 43's proposal would save: the
+// enqueue's range of the newest keys under a lock name (a write Txn, so
+// applied on every member) and the judge's range of the older keys (a
+// linearizable read), each sorted by create revision, so that the server
+// reads every key of the name, with and without WithKeysOnly. 128 keys
+// stand under the name, with values of 0 and 1024 bytes; the two forms
+// alternate in rounds. The Txns have the shapes of the package's (see
+// queue.go) but are built here, so that one build compares both. It runs
+// only with LOCKBENCH_DISK=1 and reports, from this process's registry
+// (the three members' apply loops together), the mean apply time of a Txn
+// and the client's mean latency of each form.
+func TestDiskKeysOnlyRange(t *testing.T) {
+	if os.Getenv("LOCKBENCH_DISK") == "" {
+		t.Skip("a benchmark: set LOCKBENCH_DISK=1 to run it")
+	}
+	const keys, ops, rounds = 128, 300, 3
+	clus := etcdtest.NewCluster(t, &integration.ClusterConfig{Size: 3, UseTCP: true, UseIP: true})
+	c := etcdtest.NewClient(t, []string{clus.Members[0].GRPCURL})
+	ctx := t.Context()
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n| value | form | Txn apply, mean (3 members) | enqueue Txn, client mean | judge read, client mean |\n|---|---|---|---|---|\n")
+	for _, size := range []int{0, 1024} {
+		pfx := fmt.Sprintf("/test/%s/%d-%d/", t.Name(), time.Now().UnixNano(), size)
+		val := strings.Repeat("v", size)
+		for i := 0; i < keys; i++ {
+			if _, err := c.Put(ctx, fmt.Sprintf("%sother-%03d", pfx, i), val); err != nil {
+				t.Fatal(err)
+			}
+		}
+		type sums struct{ apply, applies, enq, judge time.Duration }
+		var got [2]sums
+		for round := 0; round < rounds; round++ {
+			for form := range 2 {
+				extra := []clientv3.OpOption{}
+				if form == 1 {
+					extra = append(extra, clientv3.WithKeysOnly())
+				}
+				s0, n0 := applied(t, "Txn")
+				for i := 0; i < ops; i++ {
+					key := pfx + "me"
+					newest := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(3)}, extra...)
+					var resp *clientv3.TxnResponse
+					t0 := time.Now()
+					again(t, func() (err error) {
+						resp, err = c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+							Then(clientv3.OpPut(key, ""), clientv3.OpGet(pfx, newest...)).Else(clientv3.OpGet(key)).Commit()
+						return err
+					})
+					got[form].enq += time.Since(t0)
+					rev := resp.Header.Revision
+					older := append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2), clientv3.WithMaxCreateRev(rev - 1)}, extra...)
+					t0 = time.Now()
+					again(t, func() error {
+						_, err := c.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(pfx, older...)).Commit()
+						return err
+					})
+					got[form].judge += time.Since(t0)
+					again(t, func() error { _, err := c.Delete(ctx, key); return err })
+				}
+				s1, n1 := applied(t, "Txn")
+				got[form].apply += s1 - s0
+				got[form].applies += time.Duration(n1 - n0)
+			}
+		}
+		for form, name := range []string{"values", "keys only"} {
+			g := got[form]
+			n := time.Duration(rounds * ops)
+			fmt.Fprintf(&out, "| %d B | %s | %v | %v | %v |\n", size, name, (g.apply / g.applies).Round(time.Microsecond), (g.enq / n).Round(time.Microsecond), (g.judge / n).Round(time.Microsecond))
+		}
+	}
+	t.Log(out.String())
+}
+
+// again calls op until it succeeds, at most 10 times: the integration
+// framework's members, which elect after 100 ms of silence, change leader
+// on a loaded machine, and a request then fails once. Every op here may
+// be sent twice (a Txn that puts only an absent key, a read, a delete).
+func again(t *testing.T, op func() error) {
+	t.Helper()
+	var err error
+	for range 10 {
+		if err = op(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal(err)
+}
+
+// applied returns the sum and count of etcd_server_apply_duration_seconds
+// for op, over every member in this process.
+func applied(t *testing.T, op string) (time.Duration, uint64) {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	var n uint64
+	for _, mf := range mfs {
+		if mf.GetName() != "etcd_server_apply_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" && l.GetValue() == op {
+					sum += m.GetHistogram().GetSampleSum()
+					n += m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return time.Duration(sum * float64(time.Second)), n
 }
