@@ -526,8 +526,25 @@ func (s *Session) grantFor(ctx context.Context, d time.Duration) (clientv3.Lease
 // after the lease was revoked grants it anew, with no key, until its TTL
 // runs out. Transient failures (see transient) are retried until ctx
 // ends.
+//
+// A client without a gRPC connection of its own (clientv3.NewCtxClient, as
+// etcd's v3client serves an embedded server in process, with no network
+// between) cannot send a grant with an ID: its one attempt is sent
+// through its Lease, as etcd's package sends it.
 func grantLease(ctx context.Context, client *clientv3.Client, d time.Duration, ttl int64) (clientv3.LeaseID, int64, error) {
-	lc := pb.NewLeaseClient(client.ActiveConnection())
+	conn := client.ActiveConnection()
+	if conn == nil {
+		var resp *clientv3.LeaseGrantResponse
+		err := retry(ctx, func() (err error) {
+			resp, err = client.Grant(ctx, ttl)
+			return err
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		return resp.ID, resp.TTL, nil
+	}
+	lc := pb.NewLeaseClient(conn)
 	for {
 		id := clientv3.LeaseID(rand.Int64N(math.MaxInt64-1) + 1)
 		var resp *pb.LeaseGrantResponse

@@ -8,6 +8,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.etcd.io/etcd/tests/v3/framework/integration"
 
 	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
@@ -231,5 +233,24 @@ func TestSlowLockDelayGrantGivesUp(t *testing.T) {
 	defer xm.Unlock(context.WithoutCancel(t.Context()))
 	if since := time.Since(lost); since < delay-200*time.Millisecond {
 		t.Errorf("X granted %v after A's loss, within the lock-delay of %v", since, delay)
+	}
+}
+
+// A client without a gRPC connection of its own (etcd's v3client, which
+// serves an embedded server in process) has no ActiveConnection for a
+// grant with an ID of the client's choosing: NewSession grants through
+// its Lease, as etcd's package does, and the session works.
+func TestInProcessClientSession(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	clus := etcdtest.NewCluster(t, &integration.ClusterConfig{Size: 1})
+	c := v3client.New(clus.Members[0].Server)
+	t.Cleanup(func() { c.Close() })
+	s := newSession(t, c, concurrency.WithTTL(10), concurrency.WithMaxHold(5*time.Second))
+	m := concurrency.NewMutex(s, pfx)
+	if err := m.Lock(t.Context()); err != nil {
+		t.Fatalf("Lock on an in-process client: %v", err)
+	}
+	if err := m.Unlock(t.Context()); err != nil {
+		t.Fatalf("Unlock: %v", err)
 	}
 }
