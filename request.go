@@ -170,10 +170,12 @@ type reply[T any] struct {
 // attempt is sent beside it, on the client's next connection, and the
 // first answer of either is taken. No more than maxInFlight attempts
 // wait at once: the older one is given up, and another sent, only once
-// it is shown lost (a request sent after it, by more than d/4, was
-// answered, see answers.lost) and has waited d, or has waited
-// giveUpAfter times d, a bound that doubles each time. An attempt that
-// fails with a transient error (see transient) while another waits
+// it is shown lost (see answers.lost: a later request of its kind was
+// answered, or for a write a later read, while the cluster's writes
+// lately took far less than it has waited), or has waited giveUpAfter
+// times d, a bound that doubles each time, up to maxGiveUp times d. (An
+// attempt given up whose answer comes all the same is taken.) An attempt
+// that fails with a transient error (see transient) while another waits
 // leaves the answer to that one. When ask returns, the attempts still
 // waiting are cancelled and have ended.
 //
@@ -245,7 +247,7 @@ func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c
 	for {
 		select {
 		case r := <-replies:
-			if !drop(r.a) {
+			if !drop(r.a) && r.err != nil {
 				continue // given up: its error is its cancellation
 			}
 			if r.err == nil || !transient(r.err) || len(flight) == 0 || ctx.Err() != nil {
