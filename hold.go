@@ -234,7 +234,9 @@ func (h *hold) watchKey(ctx context.Context) {
 // deletion rather than with this key's. The grant does not wait for it;
 // it is retried, with a growing backoff, until it is applied or the hold
 // ends (then the key's deletion wakes the waiter anyway), so that a failed
-// attempt costs the waiter latency, never an unbounded wait.
+// attempt costs the waiter latency, never an unbounded wait. An attempt
+// applied twice only wakes the waiter twice, which reads and waits again;
+// applied after the hold ended, it finds the key gone or another's.
 func (h *hold) promote() {
 	stop := h.start(func(ctx context.Context) {
 		var b backoff
