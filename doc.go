@@ -55,14 +55,36 @@
 //   - Mutex.Txn writes to etcd only if the hold is still current, checked by
 //     the server in the same transaction as the write.
 //
-// No wait or hold trusts a connection that says nothing. A connection can
-// go silent without a reset (a NAT or firewall drops its state, a host
-// stops answering): bytes are accepted and nothing comes back, and
-// clientv3's default configuration has no gRPC keepalive to notice. So
-// every request of the package waits a sixth of its session's TTL at most
-// (between 1 s and 5 s; each attempt a random part of it, half to all)
-// before it is sent again, on the client's next connection; a watch that
-// etcd has not created within that sixth is opened again on a new stream;
+// No wait or hold trusts a connection that says nothing, and none takes
+// a slow cluster for a dead connection. A connection can go silent
+// without a reset (a NAT or firewall drops its state, a host stops
+// answering): bytes are accepted and nothing comes back, and clientv3's
+// default configuration has no gRPC keepalive to notice. A cluster can be
+// slow: a disk whose fsync takes seconds delays every commit, while reads
+// and keepalives are answered at once. A request's own latency cannot
+// tell the two apart, so the package asks other requests. A request of
+// the package whose first attempt has no answer after a sixth of its
+// session's TTL (between 1 s and 5 s; half to all of it, at random), or
+// after twice what the client's last answered request of its kind took,
+// if longer, is sent again on the client's next connection, beside the
+// first, not instead of it, and the first answer of either is taken. An
+// attempt is given up, and another sent, only once a request of its kind
+// (a write, for a write) sent after it has been answered, which shows
+// that the connections answer and its own is silent, or after four
+// sixths of the TTL, a bound that doubles each time; never more than two
+// attempts of one request wait at once. So a request on a silent
+// connection is answered about a sixth of the TTL after it was sent,
+// once another connection answers, and a slow cluster is sent each write
+// at most once more than etcd's package sends it, and usually once (the
+// second attempt waits for twice the last write's time). gRPC's
+// keepalive (clientv3.Config.DialKeepAliveTime) finds a silent
+// connection too, and closes it, but not with clientv3's defaults, and
+// clientv3 retries only what it knows to be safe; the package makes each
+// of its writes safe to be applied twice, or late, after a later write
+// of the same caller (each says why where it is sent: a transaction that
+// compares the revisions it read, a lease grant whose ID the client
+// picks, a delete by create revision). A watch that etcd has not created
+// within a sixth of the TTL is opened again on a new stream;
 // and every watch that a wait or a hold relies on asks its stream for
 // progress after a third to a half of the TTL without a word (1 s to 30 s)
 // and, if that goes unanswered for a sixth, opens a watch on the stream to

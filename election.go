@@ -213,7 +213,11 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 
 // Proclaim sets the leader's value to val without a new election. It takes
 // one round trip: a transaction that writes only if the leader key still
-// has the create revision it won with.
+// has the create revision it won with, and the mod revision it last had
+// here, so that a Proclaim whose answer was lost and that etcd applies
+// late never sets an older value over a newer one. (A leadership resumed
+// with ResumeElection reads the key first; a key whose value someone else
+// changed is read and written again.)
 //
 // It returns an error matching ErrElectionNotLeader, and writes nothing, if
 // the Election is not the leader: Campaign has not won (or still waits),
@@ -235,11 +239,11 @@ func (e *Election) Proclaim(ctx context.Context, val string) error {
 	e.adopt()
 	key, rev, hd := e.leaderKey, e.rev, e.hold
 	e.mu.Unlock()
-	resp, err := e.s.setIfRev(ctx, key, rev, val, hd.lease)
+	mod, hdr, ok, err := e.s.setIfRev(ctx, key, rev, hd.mod, val, hd.lease)
 	if err != nil {
 		return err
 	}
-	if !resp.Succeeded {
+	if !ok {
 		gone := fmt.Errorf("key %q no longer has create revision %d", key, rev)
 		hd.end(fmt.Errorf("%w: %w", ErrLockLost, gone))
 		e.mu.Lock()
@@ -249,9 +253,10 @@ func (e *Election) Proclaim(ctx context.Context, val string) error {
 		}
 		return fmt.Errorf("%w: %w", ErrElectionNotLeader, gone)
 	}
+	hd.mod = mod
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.hdr = resp.Header
+	e.hdr = hdr
 	return nil
 }
 

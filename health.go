@@ -95,6 +95,7 @@ func (s *Session) checkHealth(hc *healthCheck) {
 		}
 	}()
 	failed := 0
+	var mod int64 // the health record's mod revision as last written; see recordHealth
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -130,12 +131,12 @@ func (s *Session) checkHealth(hc *healthCheck) {
 		if err == nil {
 			if failed > 0 {
 				failed = 0
-				s.recordHealth(failed, hc.failures, nil)
+				s.recordHealth(&mod, failed, hc.failures, nil)
 			}
 			continue
 		}
 		if failed++; failed < hc.failures {
-			s.recordHealth(failed, hc.failures, err)
+			s.recordHealth(&mod, failed, hc.failures, err)
 			continue
 		}
 		s.endLife(fmt.Errorf("%w: lease %x: %w: %d health checks in a row failed, the last: %w", ErrSessionExpired, int64(s.id), ErrUnhealthy, failed, err))
@@ -147,9 +148,11 @@ func (s *Session) checkHealth(hc *healthCheck) {
 // HealthPrefix is the prefix of the keys in which a session whose health
 // checks fail (WithHealthCheck) says so while it still lives: HealthPrefix
 // followed by its lease ID in hex, on that lease, holding a Health in
-// JSON. The key is written at each failure and deleted at the next
-// success; the lease's revoke deletes it when the session ends by its
-// checks. Inspect shows it for every key on that lease.
+// JSON. The key is written at each failure, and written with no failures
+// at the next success (a delete could be undone by a failure's write that
+// etcd applies late); it goes with the lease when the session ends.
+// Inspect shows it, while it counts failures, for every key on that
+// lease.
 const HealthPrefix = "/_concurrency/health/"
 
 // Health is the state of a session whose health checks are failing, as
@@ -163,18 +166,52 @@ type Health struct {
 // healthKey is the health record of the session on lease id.
 func healthKey(id clientv3.LeaseID) string { return HealthPrefix + strconv.FormatInt(int64(id), 16) }
 
-// recordHealth writes the health record of the session (failed > 0), or
-// deletes it (failed 0), best effort: within the session's renewal
-// timeout, its error ignored (the record only informs).
-func (s *Session) recordHealth(failed, limit int, err error) {
+// recordHealth writes the health record of the session: failed failures
+// in a row, of limit, the last err (failed 0: none, the checks pass
+// again). It is best effort: asked as ask does, within the session's
+// renewal timeout, its error ignored (the record only informs). Only this
+// session writes its record, and each write applies only if the record's
+// mod revision is *mod, the one its last write left (0: no record yet; -1:
+// unknown after a write whose answer was lost, read first), so that a
+// write applied twice or late, after a later one, changes nothing. The
+// record is never deleted while the session lives (a late write of a
+// failure could create it again after the delete): a passing check
+// writes it with no failures, which Inspect shows as none.
+func (s *Session) recordHealth(mod *int64, failed, limit int, err error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.renewTimeout())
 	defer cancel()
-	if failed == 0 {
-		s.client.Delete(ctx, healthKey(s.id))
-		return
+	key := healthKey(s.id)
+	h := Health{Failures: failed, Limit: limit}
+	if err != nil {
+		h.Err = err.Error()
 	}
-	v, _ := json.Marshal(Health{Failures: failed, Limit: limit, Err: err.Error()})
-	s.client.Put(ctx, healthKey(s.id), string(v), clientv3.WithLease(s.id))
+	v, _ := json.Marshal(h)
+	for range 2 {
+		if *mod < 0 {
+			resp, err := s.get(ctx, key)
+			if err != nil {
+				return
+			}
+			*mod = 0
+			if len(resp.Kvs) > 0 {
+				*mod = resp.Kvs[0].ModRevision
+			}
+		}
+		resp, _, err := sessionAsk(ctx, s, classWrite, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+			return s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", *mod)).
+				Then(clientv3.OpPut(key, string(v), clientv3.WithLease(s.id))).
+				Commit()
+		})
+		switch {
+		case err != nil:
+			*mod = -1
+			return
+		case resp.Succeeded:
+			*mod = resp.Header.Revision
+			return
+		}
+		*mod = -1 // written since by an attempt of an earlier write: read it, and write again
+	}
 }
 
 // readHealth sets QueueKey.Health for the keys of q whose session's checks
@@ -194,7 +231,8 @@ func readHealth(ctx context.Context, c *clientv3.Client, q *Queue, sessions []cl
 	}
 	byLease := make(map[clientv3.LeaseID]*Health, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		if id, h, ok := parseHealth(kv); ok {
+		// Failures 0: the checks pass again (see recordHealth).
+		if id, h, ok := parseHealth(kv); ok && h.Failures > 0 {
 			byLease[id] = h
 		}
 	}

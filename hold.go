@@ -29,12 +29,17 @@ import (
 type hold struct {
 	s       *Session
 	key     string
-	rev     int64              // create revision of key: the fencing token
-	lease   clientv3.LeaseID   // the lease key is on: the session's, or its own with a max hold (see bound)
-	delayed string             // the name's lock-delay record, once this hold wrote it (see delayGrant); "" if not
-	seenRev int64              // the revision of the read that last saw key, 0 if unknown
-	hdr     *pb.ResponseHeader // of the read that showed the key held (Mutex.Header); set before the hold is shared
-	since   time.Time
+	rev     int64            // create revision of key: the fencing token
+	lease   clientv3.LeaseID // the lease key is on: the session's, or its own with a max hold (see bound)
+	delayed string           // the name's lock-delay record, once this hold wrote it (see delayGrant); "" if not
+	seenRev int64            // the revision of the read that last saw key, 0 if unknown
+	// mod is the mod revision of key as this hold last wrote or read it,
+	// 0 if unknown: a value write (Proclaim) is applied only if the key
+	// still has it (see Session.setIfRev). Set before the hold is shared,
+	// then by Proclaim, which its Election serialises.
+	mod   int64
+	hdr   *pb.ResponseHeader // of the read that showed the key held (Mutex.Header); set before the hold is shared
+	since time.Time
 
 	ctx    context.Context // cancelled with the cause that ended the hold
 	cancel context.CancelCauseFunc
@@ -113,10 +118,13 @@ func (h *hold) bound(ctx context.Context, d time.Duration) error {
 		defer s.settling.Done()
 		s.revoke(lease)
 	})
-	if _, _, err := h.ifHeld(ctx, "its max hold began", clientv3.OpPut(h.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease))); err != nil {
+	// Applied twice, the move puts the key on the same lease again; applied
+	// after the hold ended, it finds the key gone or on a revoked lease.
+	resp, _, err := h.ifHeld(ctx, "its max hold began", clientv3.OpPut(h.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease)))
+	if err != nil {
 		return err
 	}
-	h.lease = lease
+	h.lease, h.mod = lease, resp.Header.Revision
 	at := sent.Add(d - min(d/10, time.Second))
 	t := time.AfterFunc(time.Until(at), func() {
 		h.finish(fmt.Errorf("%w: %v: key %q on lease %x", ErrMaxHold, d, h.key, int64(lease)))
@@ -146,29 +154,26 @@ func (h *hold) watch() {
 }
 
 // ifHeld applies ops in one transaction if the hold's key is still the
-// one it holds (its create revision), sent again while unanswered (ops
-// must bear that), and returns the response and the number of attempts.
-// A key that is gone gives an error matching ErrSessionExpired that says
-// it went before what.
+// one it holds (its create revision), asked as ask does (ops must be
+// harmless applied twice, or late: after the hold ended, the comparison
+// fails), and returns the response and the number of attempts sent. A
+// key that is gone gives an error matching ErrSessionExpired that says it
+// went before what.
 func (h *hold) ifHeld(ctx context.Context, what string, ops ...clientv3.Op) (*clientv3.TxnResponse, int, error) {
-	var resp *clientv3.TxnResponse
-	tries := 0
-	err := h.s.ask(ctx, func(ctx context.Context) (err error) {
-		tries++
-		resp, err = h.s.client.Txn(ctx).
+	resp, sent, err := sessionAsk(ctx, h.s, classWrite, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return h.s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
 			Then(ops...).
 			Commit()
-		return err
 	})
 	if err != nil {
-		return nil, tries, err
+		return nil, sent, err
 	}
 	if !resp.Succeeded {
 		h.s.check()
-		return nil, tries, fmt.Errorf("%w: key %q was deleted before %s", ErrSessionExpired, h.key, what)
+		return nil, sent, fmt.Errorf("%w: key %q was deleted before %s", ErrSessionExpired, h.key, what)
 	}
-	return resp, tries, nil
+	return resp, sent, nil
 }
 
 // start runs fn in a goroutine of the hold, on a context that ends with
@@ -229,7 +234,9 @@ func (h *hold) watchKey(ctx context.Context) {
 // deletion rather than with this key's. The grant does not wait for it;
 // it is retried, with a growing backoff, until it is applied or the hold
 // ends (then the key's deletion wakes the waiter anyway), so that a failed
-// attempt costs the waiter latency, never an unbounded wait.
+// attempt costs the waiter latency, never an unbounded wait. An attempt
+// applied twice only wakes the waiter twice, which reads and waits again;
+// applied after the hold ended, it finds the key gone or another's.
 func (h *hold) promote() {
 	stop := h.start(func(ctx context.Context) {
 		var b backoff

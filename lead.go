@@ -631,10 +631,8 @@ func (w *leaderWatch) report() {
 // read reads the candidates, reports the leader, and returns the revision
 // read.
 func (w *leaderWatch) read(ctx context.Context) (int64, error) {
-	var resp *clientv3.GetResponse
-	err := answered(ctx, w.l.wait, func(ctx context.Context) (err error) {
-		resp, err = w.cli.Get(ctx, w.pfx, clientv3.WithPrefix())
-		return err
+	resp, _, err := ask(ctx, w.cli, w.l.wait, classRead, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return w.cli.Get(ctx, w.pfx, clientv3.WithPrefix())
 	})
 	if err != nil {
 		return 0, err
@@ -707,10 +705,8 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 			}
 		case <-finc:
 			finc = nil
-			var resp *clientv3.GetResponse
-			err := answered(ctx, w.l.wait, func(ctx context.Context) (err error) {
-				resp, err = w.cli.Get(ctx, w.pfx, clientv3.WithCountOnly())
-				return err
+			resp, _, err := ask(ctx, w.cli, w.l.wait, classRead, func(ctx context.Context) (*clientv3.GetResponse, error) {
+				return w.cli.Get(ctx, w.pfx, clientv3.WithCountOnly())
 			})
 			if err != nil {
 				return err

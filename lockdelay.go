@@ -94,40 +94,59 @@ func (h *hold) markReleased() []clientv3.Op {
 }
 
 // delayGrant writes h's token into the lock-delay record of the lock under
-// pfx, in one transaction with a read of the record before it and of the
-// name's delay key. If the hold before h may have ended by loss (see
-// mustDelay) and no delay runs, it starts one: the delay key, on a lease
-// of its own granted for d and never renewed, so that etcd's clock, not
-// this host's, ends it. While a delay runs, a Lock (wait) waits for the
-// delay key to go, until ctx or the session ends (their error is
-// returned), and a TryLock returns ErrLocked. behind is the create
-// revision of the newest key older than h's when h queued (0: none, h
-// held at once). On error the caller releases h, which marks the record
-// released if h wrote it: the delay key carries the delay on.
+// pfx. It reads the record and the name's delay key first; if the hold
+// before h may have ended by loss (see mustDelay) and no delay runs, it
+// grants a lease of its own for d, never renewed, so that etcd's clock,
+// not this host's, ends the delay. Then one transaction, applied only
+// while h's key holds, writes the delay key on that lease (unless one is
+// there), h's token into the record, and reads the delay key. So the
+// record never names h before the delay it calls for is in etcd: a grant
+// that gives up before (its ctx ends while the lease is granted) leaves
+// the record naming the hold that was lost, and the next grant delays in
+// its place. Applied twice, the transaction writes the same again; applied
+// late, after h's key went, nothing. While a delay runs, a Lock (wait)
+// waits for the delay key to go, until ctx or the session ends (their
+// error is returned), and a TryLock returns ErrLocked. behind is the
+// create revision of the newest key older than h's when h queued (0:
+// none, h held at once). On error the caller releases h, which marks the
+// record released if h wrote it: the delay key carries the delay on.
 func (h *hold) delayGrant(ctx context.Context, pfx string, behind int64, d time.Duration, wait bool) error {
 	s, rec, dk := h.s, lockDelayKey(pfx), delayKey(pfx)
-	resp, tries, err := h.ifHeld(ctx, "its lock-delay was read", clientv3.OpGet(rec), clientv3.OpGet(dk), clientv3.OpPut(rec, strconv.FormatInt(h.rev, 10)))
+	read, _, err := sessionAsk(ctx, s, classRead, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return s.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
+			Then(clientv3.OpGet(rec), clientv3.OpGet(dk)).Commit()
+	})
+	if err != nil {
+		return err
+	}
+	if !read.Succeeded {
+		s.check()
+		return fmt.Errorf("%w: key %q was deleted before its lock-delay was read", ErrSessionExpired, h.key)
+	}
+	// Keys of holders that record nothing are judged by their leases (see
+	// lostBefore).
+	last := read.Responses[0].GetResponseRange().Kvs
+	lost := mustDelay(last, h.rev, behind)
+	if after, ok := releasedBefore(last); lost && ok {
+		lost = h.lostBefore(ctx, pfx, after)
+	}
+	ops := []clientv3.Op{clientv3.OpPut(rec, strconv.FormatInt(h.rev, 10))}
+	if lost && len(read.Responses[1].GetResponseRange().Kvs) == 0 {
+		lease, err := s.grantFor(ctx, d)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(dk), "=", 0)},
+			[]clientv3.Op{clientv3.OpPut(dk, "", clientv3.WithLease(lease))}, nil))
+	}
+	resp, _, err := h.ifHeld(ctx, "its lock-delay was recorded", append(ops, clientv3.OpGet(dk))...)
 	if err != nil {
 		return err
 	}
 	h.delayed = rec
 	seen := resp.Header.Revision
-	delay := resp.Responses[1].GetResponseRange().Kvs
-	// A retried write may read its own first attempt: the record before
-	// it is unknown then, and counts as a loss. Keys of holders that
-	// record nothing are judged by their leases (see lostBefore).
-	last := resp.Responses[0].GetResponseRange().Kvs
-	lost := tries > 1 || mustDelay(last, h.rev, behind)
-	if after, ok := releasedBefore(last); lost && tries == 1 && ok {
-		lost = h.lostBefore(ctx, pfx, after)
-	}
-	if len(delay) == 0 && lost {
-		kv, rev, err := startDelay(ctx, s, dk, d)
-		if err != nil {
-			return err
-		}
-		delay, seen = kv, rev
-	}
+	delay := resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs
 	if len(delay) == 0 {
 		return nil
 	}
@@ -158,31 +177,6 @@ func (h *hold) delayGrant(ctx context.Context, pfx string, behind int64, d time.
 		}
 		b.sleep(wctx) // refused (permission): try again
 	}
-}
-
-// startDelay starts a lock-delay of d: the delay key dk on a lease of its
-// own, granted for d rounded up to whole seconds. If a delay key is there
-// already (another grant started one), that one is kept. It returns the
-// delay key as written or found, and the revision of the write.
-func startDelay(ctx context.Context, s *Session, dk string, d time.Duration) ([]*mvccpb.KeyValue, int64, error) {
-	lease, err := s.grantFor(ctx, d)
-	if err != nil {
-		return nil, 0, err
-	}
-	var resp *clientv3.TxnResponse
-	err = s.ask(ctx, func(ctx context.Context) (err error) {
-		resp, err = s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(dk), "=", 0)).
-			Then(clientv3.OpPut(dk, "", clientv3.WithLease(lease)), clientv3.OpGet(dk)).
-			Else(clientv3.OpGet(dk)).
-			Commit()
-		return err
-	})
-	if err != nil {
-		return nil, 0, err
-	}
-	rs := resp.Responses[len(resp.Responses)-1].GetResponseRange()
-	return rs.Kvs, resp.Header.Revision, nil
 }
 
 // mustDelay reports whether a grant of the key created at rev that read
@@ -241,10 +235,8 @@ func (h *hold) lostBefore(ctx context.Context, pfx string, after int64) bool {
 		if kv.Lease == 0 {
 			continue // only a delete removes it
 		}
-		var ttl *clientv3.LeaseTimeToLiveResponse
-		err := h.s.ask(ctx, func(ctx context.Context) (err error) {
-			ttl, err = h.s.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
-			return err
+		ttl, _, err := sessionAsk(ctx, h.s, classRead, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
+			return h.s.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 		})
 		if err != nil || ttl.TTL <= 0 {
 			return true

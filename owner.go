@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -104,22 +103,21 @@ func ownerRecord(o Owner) (string, error) {
 	return string(b), nil
 }
 
-// recordOwner writes the owner record of a new session whose lease was
-// granted (or renewed) in a request sent at sent. The put gets at most a
-// third of the TTL from then, so that the first renewal, which the
-// keepalive goroutine sends a third of the TTL after it starts, still comes
-// well before the deadline: a slow put costs the record, never the
-// session. It returns an error only when ctx, NewSession's, ended: the put
-// is then undone as far as it can be (the lease revoked if NewSession
-// granted it; on an adopted lease, the record deleted if it is still this
-// one), on a fresh context bounded by cleanupTimeout. Any other failure is
-// logged through the client's logger, and the session goes on without the
+// recordOwner writes the owner record of a new session, whose lease is
+// renewed already, asked as ask does (a put applied twice writes the same
+// record on the same lease; applied late, after the lease was revoked, it
+// is refused), within gctx, NewSession's bound (see newSessionTimeout). It
+// returns an error only when ctx, NewSession's, ended: the put is then
+// undone as far as it can be (the lease revoked if NewSession granted it;
+// on an adopted lease, the record deleted if it is still this one), on a
+// fresh context bounded by cleanupTimeout. Any other failure is logged
+// through the client's logger, and the session goes on without the
 // record.
-func (s *Session) recordOwner(ctx context.Context, sent time.Time, record string) error {
+func (s *Session) recordOwner(ctx, gctx context.Context, record string) error {
 	key := ownerKey(s.id)
-	pctx, cancel := context.WithDeadline(ctx, sent.Add(s.ttl/3))
-	defer cancel()
-	_, err := s.client.Put(pctx, key, record, clientv3.WithLease(s.id))
+	_, _, err := sessionAsk(gctx, s, classWrite, func(ctx context.Context) (*clientv3.PutResponse, error) {
+		return s.client.Put(ctx, key, record, clientv3.WithLease(s.id))
+	})
 	switch {
 	case err == nil:
 		return nil

@@ -124,10 +124,12 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 		// the enqueue, which may be applied after its caller has given up
 		// (it would overwrite the value of a later leadership of the key).
 		if update && q.val != val {
-			if err := putIfRev(ctx, s, key, q.rev, val); err != nil {
+			mod, err := putIfRev(ctx, s, key, q.rev, q.mod, val)
+			if err != nil {
 				settle(ctx, s, key, q, nil)
 				return nil, nil, err
 			}
+			q.mod = mod
 		}
 		// Judge it as a fresh one is judged, before it is used.
 		j, err := judge(ctx, s, r, key, q.rev)
@@ -140,7 +142,7 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	if q.holds {
 		// An adopted key may have waiters behind it that watch it: tell
 		// them (see promote), as after a wait.
-		return granted(ctx, s, r, key, q.rev, q.hdr, q.adopted, wait, 0)
+		return granted(ctx, s, r, key, q.rev, q.mod, q.hdr, q.adopted, wait, 0)
 	}
 	if !wait {
 		settle(ctx, s, key, q, nil)
@@ -149,7 +151,7 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 
 	// The wait keeps of the enqueue only what it uses: not its response
 	// header (q.hdr), which would stay on the heap as long as the wait.
-	rev, next, seen := q.rev, q.next, q.hdr.Revision
+	rev, mod, next, seen := q.rev, q.mod, q.next, q.hdr.Revision
 
 	// The wait ends with ctx, or with the session's life (see
 	// waitDeletes).
@@ -163,7 +165,7 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 		if next.key == "" {
 			behind = behindUnknown
 		}
-		h, hdr, err := granted(ctx, s, r, key, rev, hdr, true, wait, behind)
+		h, hdr, err := granted(ctx, s, r, key, rev, mod, hdr, true, wait, behind)
 		if err != nil && waiting != nil {
 			waiting(0)
 		}
@@ -196,7 +198,7 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 // With a max hold (WithMaxHold), the key is then moved to a lease of its
 // own (see hold.bound), so that the max hold begins after the delay. If
 // either fails, the key is deleted and the error returned.
-func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr *pb.ResponseHeader, existed, wait bool, behind int64) (*hold, *pb.ResponseHeader, error) {
+func granted(ctx context.Context, s *Session, r rule, key string, rev, mod int64, hdr *pb.ResponseHeader, existed, wait bool, behind int64) (*hold, *pb.ResponseHeader, error) {
 	err := ctx.Err()
 	if s.life.Err() != nil {
 		err = context.Cause(s.life)
@@ -206,6 +208,7 @@ func granted(ctx context.Context, s *Session, r rule, key string, rev int64, hdr
 		return nil, nil, err
 	}
 	h := newHold(s, key, rev, hdr.Revision)
+	h.mod = mod
 	// The lock-delay comes first: while it runs the key stays on the
 	// session's lease, so that a max hold shorter than the delay cannot
 	// remove it (and let a waiter of etcd's package in) within the delay.
@@ -249,6 +252,7 @@ func abandon(ctx context.Context, s *Session, h *hold, err error) error {
 // queued is where enqueue left a key in its queue.
 type queued struct {
 	rev     int64              // the key's create revision
+	mod     int64              // the key's mod revision, as written or found
 	holds   bool               // fewer than limit keys of over are older: the key holds
 	next    target             // what to wait for, when known and the key does not hold
 	err     error              // the rule refused the key; if written is false, nothing was written
@@ -394,24 +398,20 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 		then = []clientv3.Op{r.guard(then, r.refused)}
 	}
 	orElse := []clientv3.Op{clientv3.OpGet(key)}
-	// Sent again if unanswered: an attempt that was applied after all
-	// left the key, which the next finds and adopts, as after a lost
-	// answer. One applied later still, after the key was used and
-	// deleted, would write it anew: the key is suspect (deleted by lease
-	// while nobody uses it, see Session.suspect) for as long as that may
-	// happen.
-	var resp *clientv3.TxnResponse
-	tries := 0
-	err := s.ask(ctx, func(ctx context.Context) (err error) {
-		tries++
-		resp, err = s.client.Txn(ctx).
+	// Asked as ask does: an attempt applied beside the one answered only
+	// finds the key, as after a lost answer, and writes nothing (the
+	// answer's key is adopted when the answered attempt was the later).
+	// One applied later still, after the key was used and deleted, would
+	// write it anew: the key is suspect (deleted by lease while nobody
+	// uses it, see Session.suspect) for as long as that may happen.
+	resp, sent, err := sessionAsk(ctx, s, classWrite, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(then...).
 			Else(orElse...).
 			Commit()
-		return err
 	})
-	if tries > 1 {
+	if sent > 1 {
 		s.suspect(key)
 	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -423,7 +423,7 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 	q := queued{hdr: resp.Header, ahead: -1}
 	if !resp.Succeeded {
 		kv := resp.Responses[0].GetResponseRange().Kvs[0]
-		q.rev, q.val, q.adopted = kv.CreateRevision, string(kv.Value), true
+		q.rev, q.mod, q.val, q.adopted = kv.CreateRevision, kv.ModRevision, string(kv.Value), true
 		return q, nil
 	}
 	rs := resp.Responses
@@ -435,7 +435,7 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 		}
 	}
 	// Every key but this one is older: it was created last.
-	q.rev, q.written = resp.Header.Revision, true
+	q.rev, q.mod, q.written = resp.Header.Revision, resp.Header.Revision, true
 	q.ahead = rs[1].GetResponseRange().Count
 	var older []*mvccpb.KeyValue
 	for _, kv := range rs[1].GetResponseRange().Kvs {
@@ -460,17 +460,18 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 }
 
 // putIfRev sets the value of key, on the session's lease, if key still has
-// create revision rev; if not, it returns an error matching
-// ErrSessionExpired (the key was deleted).
-func putIfRev(ctx context.Context, s *Session, key string, rev int64, val string) error {
-	resp, err := s.setIfRev(ctx, key, rev, val, s.id)
+// create revision rev (and mod revision mod, see Session.setIfRev), and
+// returns the key's mod revision with it; if the key is gone, it returns
+// an error matching ErrSessionExpired.
+func putIfRev(ctx context.Context, s *Session, key string, rev, mod int64, val string) (int64, error) {
+	mod, _, ok, err := s.setIfRev(ctx, key, rev, mod, val, s.id)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if !resp.Succeeded {
-		return fmt.Errorf("%w: key %q was deleted", ErrSessionExpired, key)
+	if !ok {
+		return 0, fmt.Errorf("%w: key %q was deleted", ErrSessionExpired, key)
 	}
-	return nil
+	return mod, nil
 }
 
 // unnest follows the responses of a guard's nested transactions to the
@@ -546,10 +547,8 @@ func judgeOnce(ctx context.Context, s *Session, r rule, key string, rev, limit i
 	if r.foreign != "" {
 		ops = append(ops, clientv3.OpGet(r.pfx, clientv3.WithRange(r.foreign), clientv3.WithMaxCreateRev(rev-1), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
 	}
-	var resp *clientv3.TxnResponse
-	err := s.ask(ctx, func(ctx context.Context) (err error) {
-		resp, err = s.client.Txn(ctx).Then(ops...).Commit()
-		return err
+	resp, _, err := sessionAsk(ctx, s, classRead, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return s.client.Txn(ctx).Then(ops...).Commit()
 	})
 	if err != nil {
 		return judgement{}, false, err

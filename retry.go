@@ -3,7 +3,6 @@ package concurrency
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -26,7 +25,7 @@ const firstRetry = 20 * time.Millisecond
 // failed or was reset (all gRPC Unavailable), or the server is too busy
 // for now ("too many requests", ResourceExhausted: waiting is what fixes
 // it), or no answer came in time on a connection that may be dead
-// (errNoAnswer, see answered). Context errors, refusals (lease not found, permission denied,
+// (errNoAnswer: a watch's stream asked for progress, see probe). Context errors, refusals (lease not found, permission denied,
 // compaction) and everything else are not transient.
 func transient(err error) bool {
 	if errors.Is(err, errNoAnswer) {
@@ -101,35 +100,6 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // errNoAnswer says that etcd did not answer in time on a connection that
-// may be dead: one attempt of a request (see answered), or a watch's
-// stream asked for progress (see probe). What waits tries again, on
-// another connection.
+// may be dead: a watch's stream asked for progress (see probe). What
+// waits tries again, on another connection.
 var errNoAnswer = errors.New("concurrency: no answer from etcd in time")
-
-// answered calls op, which sends one request to etcd on the context it is
-// given, until it gets an answer: each attempt may wait d at most, and one
-// that gets none is sent again, until ctx ends. So no request waits on a
-// connection that accepts bytes and says nothing (a half-open connection:
-// no reset, and clientv3's default configuration has no gRPC keepalive):
-// the next attempt goes, through the client's round-robin balancer, to the
-// next connection. Each attempt waits a random time between d/2 and d, so
-// that the attempts do not keep step with other periodic requests of the
-// client (a session's renewals every third of its TTL took every other
-// pick of the balancer, and left each attempt the silent connection). The
-// bound does not grow from one attempt to the next: with two connections,
-// one silent, each attempt has an even chance of the silent one, and
-// doubling bounds made a waiter's read take 15 s and more. The cost is on
-// a cluster whose commits take longer than d/2 (at least 0.5 s): it is
-// sent the same request again until one attempt is answered in time. op must be safe to apply twice: an attempt given up on
-// may still be applied. It returns op's last error (ctx's, if ctx ended).
-func answered(ctx context.Context, d time.Duration, op func(ctx context.Context) error) error {
-	for {
-		actx, cancel := context.WithTimeout(ctx, d/2+rand.N(d/2+1))
-		err := op(actx)
-		late := actx.Err() != nil
-		cancel()
-		if err == nil || !late || ctx.Err() != nil {
-			return err
-		}
-	}
-}

@@ -400,8 +400,9 @@ func (m *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) 
 // client, holder and waiter at once: in one transaction it rewrites the
 // value of every key of the name with n (keeping each key's weight, lease
 // and create revision, so fencing tokens and guarded transactions are
-// untouched), on condition that no key was created or deleted since the
-// read it is based on; if one was, it reads and tries again, until ctx
+// untouched), on condition that no key was created, written or deleted
+// since the read it is based on (each key's mod revision, and no key
+// newer than the read); if one was, it reads and tries again, until ctx
 // ends; if n is the name's limit already, it writes nothing. Every grant
 // is decided by one read of the keys, which sees the limit before the
 // resize or after it, never a mix, so no moment lets more in than the
@@ -423,10 +424,13 @@ func (m *Semaphore) Do(ctx context.Context, fn func(ctx context.Context) error) 
 // with a comparison per key and one more (no key is new), so a name with
 // as many keys as etcd allows operations in one (--max-txn-ops, 128 by
 // default: 127 keys can be resized) or more cannot be resized: etcd's
-// error is returned and nothing changes. Concurrent SetLimits each apply whole;
-// the last to commit wins. An error of a ctx that ended while the rewrite
-// was in flight may leave it applied, and this Semaphore's own limit
-// unchanged: a SetLimit to the same n then writes nothing and sets it.
+// error is returned and nothing changes.
+// Concurrent SetLimits each apply whole; the last to commit wins. A
+// rewrite whose answer was lost and that etcd applies late, after a later
+// resize or any other write to the name's keys, changes nothing: the
+// comparisons fail. An error of a ctx that ended while the rewrite was in
+// flight may leave it applied, and this Semaphore's own limit unchanged:
+// a SetLimit to the same n then writes nothing and sets it.
 func (m *Semaphore) SetLimit(ctx context.Context, n int) error {
 	if err := validate(m.s, m.pfx); err != nil {
 		return err
@@ -473,7 +477,11 @@ func (m *Semaphore) setLimit(ctx context.Context, n int) (done bool, err error) 
 		}
 		return true, nil
 	}
-	// No key created since the read; each key read still there.
+	// No key created since the read; each key read still there, as it
+	// was read (its mod revision: a key deleted, or created anew, has
+	// another). So an attempt applied twice, or late (after a later
+	// resize, or after any grant, release or promotion), changes nothing:
+	// the rewrite applies only to the keys and limit it read.
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(m.pfx), "<", resp.Header.Revision+1).WithPrefix()}
 	ops := make([]clientv3.Op, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -484,13 +492,11 @@ func (m *Semaphore) setLimit(ctx context.Context, n int) (done bool, err error) 
 		if w > n {
 			return false, fmt.Errorf("%w: %q weighs %d, more than limit %d", ErrWeightExceedsLimit, kv.Key, w, n)
 		}
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision))
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
 		ops = append(ops, clientv3.OpPut(string(kv.Key), semValue(n, w), clientv3.WithIgnoreLease()))
 	}
-	var tr *clientv3.TxnResponse
-	err = m.s.ask(ctx, func(ctx context.Context) (err error) {
-		tr, err = m.s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
-		return err
+	tr, _, err := sessionAsk(ctx, m.s, classWrite, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return m.s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	})
 	if err != nil {
 		return false, fmt.Errorf("concurrency: SetLimit %q: %w", m.pfx, err)

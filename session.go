@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
+	"math/rand/v2"
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
@@ -193,30 +196,24 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	var granted int64
 	var missing error
 	// Unlike etcd's (#19778), the first round trip never waits forever
-	// for a cluster that does not answer: each attempt waits for its
-	// answer as a session's request does (see answered), and all of them
-	// for newSessionTimeout at most.
+	// for a cluster that does not answer: it is asked as every request of
+	// a session is (see ask), and bounded by newSessionTimeout.
 	wait := livenessFor(time.Duration(o.ttl) * time.Second).wait
 	gctx, cancel := context.WithTimeoutCause(o.ctx, newSessionTimeout(o.ttl),
 		fmt.Errorf("%w: NewSession: etcd did not answer within %v", context.DeadlineExceeded, newSessionTimeout(o.ttl)))
 	defer cancel()
 	if id == clientv3.NoLease {
-		var resp *clientv3.LeaseGrantResponse
-		err := answered(gctx, wait, func(ctx context.Context) (err error) {
-			resp, err = client.Grant(ctx, int64(o.ttl))
-			return err
-		})
+		var err error
+		id, granted, err = grantLease(gctx, client, wait, int64(o.ttl))
 		if err != nil {
 			return nil, sessionStartErr(gctx, err)
 		}
-		id, granted = resp.ID, resp.TTL
 	} else {
 		// Renew the adopted lease once, to learn its TTL (and so the
-		// deadline) before anything is attached to it.
-		var resp *clientv3.LeaseKeepAliveResponse
-		err := answered(gctx, wait, func(ctx context.Context) (err error) {
-			resp, err = client.KeepAliveOnce(ctx, id)
-			return err
+		// deadline) before anything is attached to it. A renewal applied
+		// twice or late only renews again.
+		resp, _, err := ask(gctx, client, wait, classRead, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+			return client.KeepAliveOnce(ctx, id)
 		})
 		err = sessionStartErr(gctx, err)
 		switch {
@@ -253,9 +250,14 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 		s.endLife(missing)
 		return s, nil
 	}
+	// The lease is renewed from here on, so that an owner record slow to
+	// be written (a slow cluster) delays NewSession, not the renewals.
+	s.done.Add(1)
+	go s.run()
 	if o.owner != nil {
-		if err := s.recordOwner(o.ctx, sent, record); err != nil {
+		if err := s.recordOwner(o.ctx, gctx, record); err != nil {
 			s.endLife(fmt.Errorf("%w: NewSession's context ended", ErrSessionExpired))
+			s.done.Wait()
 			return nil, err
 		}
 	}
@@ -263,8 +265,6 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 		s.endLife(fmt.Errorf("%w: session context ended: %w", ErrSessionExpired, context.Cause(o.ctx)))
 	})
 	context.AfterFunc(s.life, func() { stop() })
-	s.done.Add(1)
-	go s.run()
 	if o.health != nil {
 		s.done.Add(1)
 		go s.checkHealth(o.health)
@@ -388,16 +388,7 @@ func (s *Session) Close() error {
 	// If the revoke takes longer than the TTL, the lease has expired anyway.
 	ctx, cancel := context.WithTimeout(s.opts.ctx, s.ttl)
 	defer cancel()
-	err := retry(ctx, func() error {
-		return s.ask(ctx, func(ctx context.Context) error {
-			_, err := s.client.Revoke(ctx, s.id)
-			return err
-		})
-	})
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return nil
-	}
-	return err
+	return s.revokeLease(ctx, s.id)
 }
 
 // run renews the lease every TTL/3, and sooner when asked through checkc,
@@ -448,16 +439,21 @@ func (s *Session) renewTimeout() time.Duration {
 	return min(max(s.ttl/6, 100*time.Millisecond), 5*time.Second)
 }
 
-// renew sends one keepalive and, when it is answered, moves the deadline to
-// the send time plus the TTL granted. One attempt waits at most
-// renewTimeout, and never past the deadline.
+// renew renews the lease and, once etcd answers, moves the deadline to
+// the send time of the renewal's first attempt plus the TTL granted. It
+// is asked as ask does, with renewTimeout as the wait: an attempt that
+// waits longer has a second sent beside it, not instead of it, so that a
+// cluster slow to answer (etcd's leader waits for its applies before it
+// renews) is not taken for a dead connection. It waits until the
+// deadline at most. A renewal applied twice or late renews the lease
+// again, later than the deadline counts.
 func (s *Session) renew() error {
 	sent := time.Now()
 	ctx, cancel := context.WithDeadline(s.ctx, s.Deadline())
 	defer cancel()
-	ctx, cancel2 := context.WithTimeout(ctx, s.renewTimeout())
-	defer cancel2()
-	resp, err := s.client.KeepAliveOnce(ctx, s.id)
+	resp, _, err := ask(ctx, s.client, s.renewTimeout(), classRead, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+		return s.client.KeepAliveOnce(ctx, s.id)
+	})
 	if err != nil {
 		return err
 	}
@@ -473,17 +469,10 @@ func (s *Session) renew() error {
 // connection (see liveness).
 func (s *Session) live() liveness { return livenessFor(s.ttl) }
 
-// ask sends one request to etcd with op until it is answered, waiting for
-// each attempt s.live().wait at most (see answered).
-func (s *Session) ask(ctx context.Context, op func(ctx context.Context) error) error {
-	return answered(ctx, s.live().wait, op)
-}
-
 // get is a linearizable read of key, asked as ask does.
-func (s *Session) get(ctx context.Context, key string, opts ...clientv3.OpOption) (resp *clientv3.GetResponse, err error) {
-	err = s.ask(ctx, func(ctx context.Context) error {
-		resp, err = s.client.Get(ctx, key, opts...)
-		return err
+func (s *Session) get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	resp, _, err := sessionAsk(ctx, s, classRead, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return s.client.Get(ctx, key, opts...)
 	})
 	return resp, err
 }
@@ -520,35 +509,97 @@ func (s *Session) startSettling() bool {
 }
 
 // grantFor grants a lease of its own for d, rounded up to whole seconds,
-// that nobody renews (a max hold's, a lock-delay's). An attempt applied
-// but unanswered leaves a lease with no key, which expires after d.
+// that nobody renews (a max hold's, a lock-delay's), as grantLease does.
 func (s *Session) grantFor(ctx context.Context, d time.Duration) (clientv3.LeaseID, error) {
-	var lease clientv3.LeaseID
-	err := s.ask(ctx, func(ctx context.Context) error {
-		resp, err := s.client.Grant(ctx, int64((d+time.Second-1)/time.Second))
-		if err == nil {
-			lease = resp.ID
+	id, _, err := grantLease(ctx, s.client, s.live().wait, int64((d+time.Second-1)/time.Second))
+	return id, err
+}
+
+// grantLease grants a lease of ttl seconds and returns its ID and the TTL
+// granted. The ID is picked here, at random, not by etcd, so that every
+// attempt of the grant (see ask) asks for the same lease: an attempt that
+// etcd applies after another was applied is refused (the lease exists)
+// and grants nothing, so no lease is granted that nobody knows of. An
+// attempt refused so after another was sent counts as granted, and the
+// lease's TTL is read; a refusal of the only attempt sent is an ID that
+// another client picked, and another ID is tried. An attempt applied
+// after the lease was revoked grants it anew, with no key, until its TTL
+// runs out. Transient failures (see transient) are retried until ctx
+// ends.
+//
+// A client without a gRPC connection of its own (clientv3.NewCtxClient, as
+// etcd's v3client serves an embedded server in process, with no network
+// between) cannot send a grant with an ID: its one attempt is sent
+// through its Lease, as etcd's package sends it.
+func grantLease(ctx context.Context, client *clientv3.Client, d time.Duration, ttl int64) (clientv3.LeaseID, int64, error) {
+	conn := client.ActiveConnection()
+	if conn == nil {
+		var resp *clientv3.LeaseGrantResponse
+		err := retry(ctx, func() (err error) {
+			resp, err = client.Grant(ctx, ttl)
+			return err
+		})
+		if err != nil {
+			return 0, 0, err
 		}
-		return err
-	})
-	return lease, err
+		return resp.ID, resp.TTL, nil
+	}
+	lc := pb.NewLeaseClient(conn)
+	for {
+		id := clientv3.LeaseID(rand.Int64N(math.MaxInt64-1) + 1)
+		var resp *pb.LeaseGrantResponse
+		var sent int
+		err := retry(ctx, func() (err error) {
+			var n int
+			resp, n, err = ask(ctx, client, d, classWrite, func(ctx context.Context) (*pb.LeaseGrantResponse, error) {
+				resp, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: ttl, ID: int64(id)})
+				return resp, rpcErr(ctx, err)
+			})
+			sent += n
+			return err
+		})
+		switch {
+		case err == nil:
+			return id, resp.TTL, nil
+		case errors.Is(err, rpctypes.ErrLeaseExist) && sent > 1:
+			ttlResp, _, err := ask(ctx, client, d, classRead, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
+				return client.TimeToLive(ctx, id)
+			})
+			if err != nil {
+				return 0, 0, err
+			}
+			return id, ttlResp.GrantedTTL, nil
+		case errors.Is(err, rpctypes.ErrLeaseExist):
+			continue
+		default:
+			return 0, 0, err
+		}
+	}
 }
 
 // revoke revokes lease, a max hold's (see hold.bound), within
-// cleanupTimeout; if it fails, the lease expires by itself.
+// cleanupTimeout; if it fails, the lease expires by itself. A revoke
+// applied twice or late finds the lease gone.
 func (s *Session) revoke(lease clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.opts.ctx), cleanupTimeout)
 	defer cancel()
 	defer context.AfterFunc(s.client.Ctx(), cancel)() // a closed client revokes nothing
-	_ = retry(ctx, func() error {
-		return s.ask(ctx, func(ctx context.Context) error {
-			_, err := s.client.Revoke(ctx, lease)
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				return nil
-			}
-			return err
+	_ = s.revokeLease(ctx, lease)
+}
+
+// revokeLease revokes lease, retried while etcd is unreachable, until ctx
+// ends. A lease already gone is no error.
+func (s *Session) revokeLease(ctx context.Context, lease clientv3.LeaseID) error {
+	err := retry(ctx, func() error {
+		_, _, err := sessionAsk(ctx, s, classWrite, func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
+			return s.client.Revoke(ctx, lease)
 		})
+		return err
 	})
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil
+	}
+	return err
 }
 
 // leaseGone ends the session's life after etcd refused a write because the
@@ -800,67 +851,93 @@ func (s *Session) startSweep(key string, now time.Time) (rev int64, ok bool) {
 }
 
 // deleteKey deletes key if it has create revision rev or, when rev is 0,
-// if it is attached to this session's lease.
+// if it is attached to this session's lease: then it reads the key first,
+// and deletes it by the create revision read, so that a delete applied
+// late never removes a later key of the same name on the same lease (a
+// new hold's). While it runs, no user of the session writes the key (see
+// use), so the key it reads is one of an enqueue of unknown outcome.
 func (s *Session) deleteKey(ctx context.Context, key string, rev int64) error {
-	if rev > 0 {
-		_, err := s.deleteRev(ctx, key, rev)
-		return err
+	if rev == 0 {
+		resp, err := s.get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 || clientv3.LeaseID(resp.Kvs[0].Lease) != s.id {
+			return nil
+		}
+		rev = resp.Kvs[0].CreateRevision
 	}
-	// Not sent again (see ask): an attempt applied late could delete a
-	// later key of the same name on the same lease, a new hold's. The
-	// caller's ctx bounds it, and the cleanup goroutine tries again.
-	_, err := s.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.LeaseValue(key), "=", s.id)).
-		Then(clientv3.OpDelete(key)).
-		Commit()
+	_, err := s.deleteRev(ctx, key, rev)
 	return err
 }
 
 // deleteRev deletes key only if its create revision is rev, so that a late
 // or retried delete never removes a newer incarnation of the same key (etcd
 // #22082). A key that is already gone or newer is not an error.
-// It reports whether it deleted the key. An attempt that is not answered
-// in time is sent again (see ask); a key that the next attempt finds gone
-// was then most likely deleted by the first, and counts as deleted.
+// It reports whether it deleted the key. It is asked as ask does; a key
+// that an attempt finds gone when more than one was sent was then most
+// likely deleted by another, and counts as deleted.
 //
 // The operations also, if any, are applied in the same transaction as the
-// delete (a lock-delay's release mark, see markReleased).
+// delete (a lock-delay's release mark, see markReleased): applied twice or
+// late, they are applied only with the delete, which finds the key gone.
 func (s *Session) deleteRev(ctx context.Context, key string, rev int64, also ...clientv3.Op) (bool, error) {
-	var resp *clientv3.TxnResponse
-	tries := 0
-	err := s.ask(ctx, func(ctx context.Context) (err error) {
-		tries++
-		resp, err = s.client.Txn(ctx).
+	ops := append([]clientv3.Op{clientv3.OpDelete(key)}, also...)
+	resp, sent, err := sessionAsk(ctx, s, classWrite, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-			Then(append([]clientv3.Op{clientv3.OpDelete(key)}, also...)...).
+			Then(ops...).
 			Commit()
-		return err
 	})
 	if err != nil {
 		return false, err
 	}
-	return resp.Succeeded || tries > 1, nil
+	return resp.Succeeded || sent > 1, nil
 }
 
-// setIfRev sets the value of key, on lease (the session's, or a max hold's),
-// if key still has
-// create revision rev, in one transaction. It is not sent again (see ask):
-// an attempt applied late, after a later value, would set the older value
-// back. It waits, if ctx does not end first, four times the session's
-// liveness.wait at most (4 s to 20 s), and then returns an error matching
-// context.DeadlineExceeded, with the outcome unknown.
-func (s *Session) setIfRev(ctx context.Context, key string, rev int64, val string, lease clientv3.LeaseID) (*clientv3.TxnResponse, error) {
-	d := 4 * s.live().wait
-	actx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	resp, err := s.client.Txn(actx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpPut(key, val, clientv3.WithLease(lease))).
-		Commit()
-	if err != nil && ctx.Err() == nil && actx.Err() != nil {
-		return nil, fmt.Errorf("%w: %w: no answer within %v: the value of %q may or may not be set", errNoAnswer, context.DeadlineExceeded, d, key)
+// setIfRev sets the value of key to val, on lease (the session's, or a
+// max hold's), if key still has create revision rev and mod revision
+// mod: a value it sets is never set back by an attempt of an earlier
+// write applied late, nor by one of its own attempts applied twice. It is
+// asked as ask does. If the key's mod revision is not mod (mod 0: not
+// known, read first), it tries again with the key's: a key whose value
+// and lease are val and lease already counts as set. It returns the mod
+// revision of the key with val and the header of the last answer, and ok
+// false if the key is gone or another's (create revision not rev).
+func (s *Session) setIfRev(ctx context.Context, key string, rev, mod int64, val string, lease clientv3.LeaseID) (newMod int64, hdr *pb.ResponseHeader, ok bool, err error) {
+	if mod == 0 {
+		resp, err := s.get(ctx, key)
+		if err != nil {
+			return 0, nil, false, err
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != rev {
+			return 0, resp.Header, false, nil
+		}
+		mod = resp.Kvs[0].ModRevision
 	}
-	return resp, err
+	for {
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", rev), clientv3.Compare(clientv3.ModRevision(key), "=", mod)}
+		resp, _, err := sessionAsk(ctx, s, classWrite, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+			return s.client.Txn(ctx).If(cmps...).
+				Then(clientv3.OpPut(key, val, clientv3.WithLease(lease))).
+				Else(clientv3.OpGet(key)).
+				Commit()
+		})
+		if err != nil {
+			return 0, nil, false, err
+		}
+		if resp.Succeeded {
+			return resp.Header.Revision, resp.Header, true, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 || kvs[0].CreateRevision != rev {
+			return 0, resp.Header, false, nil
+		}
+		if string(kvs[0].Value) == val && clientv3.LeaseID(kvs[0].Lease) == lease {
+			return kvs[0].ModRevision, resp.Header, true, nil
+		}
+		mod = kvs[0].ModRevision
+	}
 }
 
 type sessionOptions struct {

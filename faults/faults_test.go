@@ -19,7 +19,7 @@ import (
 )
 
 var (
-	flagDuration = flag.Duration("faults.duration", 180*time.Second, "how long TestFaults runs its workloads under faults (the soak: -faults.duration=10m)")
+	flagDuration = flag.Duration("faults.duration", 210*time.Second, "how long TestFaults runs its workloads under faults (the soak: -faults.duration=10m)")
 	flagProcs    = flag.Int("faults.procs", 5, "client processes of TestFaults")
 	flagClients  = flag.Int("faults.clients", 2, "clients per workload in each client process")
 	flagTTL      = flag.Int("faults.ttl", 3, "session TTL in seconds")

@@ -47,8 +47,9 @@ type run struct {
 	store   *store
 	watch   *watch
 
-	mu     sync.Mutex              // guards forced
+	mu     sync.Mutex              // guards forced and slowed
 	forced map[forcedKey]time.Time // hold keys a fault deleted, and when the delete returned
+	slowed []slowWindow            // the slow-commit faults' windows
 }
 
 // result is what a run measured.
@@ -61,7 +62,12 @@ type result struct {
 	report   *hc.Report
 	version  string
 	live     liveStats
-	models   []modelVerdict
+	// slow is what the slow-commit faults cost: the writes the slowed
+	// processes sent while slowed (every attempt), and their acquisitions
+	// (Lock and Campaign ok) in those windows.
+	// And for comparison, the same over the whole run, every process.
+	slow   struct{ windows, writes, acquisitions, allWrites, allAcquisitions int }
+	models []modelVerdict
 }
 
 func startRun(t *testing.T, pfx string, cfg runConfig) *run {
@@ -115,6 +121,22 @@ type workerProc struct {
 	log     string
 	mu      sync.Mutex // guards paused
 	paused  bool
+	dir     string // the run's directory, for slowFile
+}
+
+// slowFile is the file from which the worker reads the delay of its
+// writes (see the worker's -slow).
+func (w *workerProc) slowFile(dir string) string {
+	return filepath.Join(dir, fmt.Sprintf("slow-%d", w.p))
+}
+
+// slow makes the worker's writes be answered d late (0: at once).
+func (w *workerProc) slow(d time.Duration) error {
+	tmp := w.slowFile(w.dir) + ".tmp"
+	if err := os.WriteFile(tmp, []byte(d.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, w.slowFile(w.dir))
 }
 
 func (r *run) startWorker(p int) *workerProc {
@@ -123,7 +145,7 @@ func (r *run) startWorker(p int) *workerProc {
 	for _, px := range r.proxies[p] {
 		eps = append(eps, px.URL())
 	}
-	w := &workerProc{p: p, exited: make(chan struct{}),
+	w := &workerProc{p: p, exited: make(chan struct{}), dir: r.dir,
 		history: filepath.Join(r.dir, fmt.Sprintf("history-%d.jsonl", p)),
 		log:     filepath.Join(r.dir, fmt.Sprintf("worker-%d.log", p))}
 	logf, err := os.Create(w.log)
@@ -142,6 +164,7 @@ func (r *run) startWorker(p int) *workerProc {
 		"-grace", workerGrace.String(),
 		"-store", filepath.Join(r.dir, "store.sock"),
 		"-out", w.history,
+		"-slow", w.slowFile(r.dir),
 		fmt.Sprintf("-keepalive=%v", !defaultConfig(p)),
 	)
 	w.cmd.Stdout, w.cmd.Stderr = logf, logf
@@ -380,6 +403,27 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 	r.mu.Lock()
 	forced := r.forced
 	r.mu.Unlock()
+	r.mu.Lock()
+	res.slow.windows = len(r.slowed)
+	for _, op := range all {
+		if op.F == hc.FExit && op.Type == hc.OK {
+			var total, slowed int
+			fmt.Sscanf(op.ID, "writes=%d slowed=%d", &total, &slowed)
+			res.slow.writes += slowed
+			res.slow.allWrites += total
+		}
+		if op.Type == hc.OK && (op.F == hc.FLock || op.F == hc.FCampaign) {
+			res.slow.allAcquisitions++
+			at := time.Unix(0, op.Time)
+			for _, w := range r.slowed {
+				if w.p == op.Proc && !at.Before(w.from) && !at.After(w.to) {
+					res.slow.acquisitions++
+					break
+				}
+			}
+		}
+	}
+	r.mu.Unlock()
 	res.live = checkLiveness(rep, r.cfg, events, eventAt, byWorkload, res.injected, forced, r.pfx+"/lock/")
 	// found counts the violations that the revision checks find on each
 	// lock name and counter, for the models' verdicts to agree with.
@@ -605,6 +649,16 @@ func (res *result) summary() string {
 	if l := res.live; l.windows > 0 {
 		fmt.Fprintf(&b, "\nHalf-open windows: %d; bound %v; waits on a free lock checked %d, longest %v; holds whose key was deleted checked %d, longest to their Ctx's end %v.\n",
 			l.windows, l.bound, l.waits, l.maxWait.Round(time.Millisecond), l.holds, l.maxHold.Round(time.Millisecond))
+	}
+	if s := res.slow; s.windows > 0 {
+		fmt.Fprintf(&b, "\nSlow-commit windows: %d; the slowed processes sent %d writes of every workload (every attempt) while slowed, and made %d Lock and Campaign acquisitions in them", s.windows, s.writes, s.acquisitions)
+		if s.acquisitions > 0 {
+			fmt.Fprintf(&b, ": %.1f writes per acquisition", float64(s.writes)/float64(s.acquisitions))
+		}
+		if s.allAcquisitions > 0 {
+			fmt.Fprintf(&b, " (over the whole run, every process: %.1f)", float64(s.allWrites)/float64(s.allAcquisitions))
+		}
+		b.WriteString(".\n")
 	}
 	return b.String()
 }

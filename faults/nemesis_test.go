@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -49,6 +50,68 @@ var allFaults = []fault{
 	{halfOpenFault, halfOpen, halfOpenLength},
 	{"member replaced (removed, new one added)", replaceMember, secs(10)},
 	{"compaction while a client's watches resume", compactResume, secs(5)},
+	{slowClientFault, slowCommits(false), secs(slowBurst)},
+	{slowAllFault, slowCommits(true), secs(slowBurst)},
+}
+
+// The slow-commit faults (issue 38): writes answered 0.5 to 5 s late,
+// while reads, watches and keepalives are answered at once, the model of
+// a cluster whose commits wait for a slow disk. A delayed write is still
+// applied when its caller has given up on it (see slowwrite.Writes).
+const (
+	slowClientFault = "slow commits to one client process (writes answered 0.5-5 s late)"
+	slowAllFault    = "slow commits to every client process (writes answered 0.5-5 s late)"
+	slowBurst       = 9 // seconds a slow-commit fault lasts
+)
+
+// slowCommits makes the writes of one client process (all of them, with
+// all) slow, in bursts: for slowBurst seconds, a delay picked at random
+// between 0.5 s and 5 s every 3 s. Each process reads its delay from its
+// file in the run's directory (see workerProc.slow).
+func slowCommits(all bool) func(ctx context.Context, r *run, round int) (string, error) {
+	return func(ctx context.Context, r *run, round int) (string, error) {
+		ws := r.workers
+		if !all {
+			ws = ws[round%len(ws) : round%len(ws)+1]
+		}
+		set := func(d time.Duration) error {
+			for _, w := range ws {
+				if err := w.slow(d); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		var ds []string
+		start := time.Now()
+		for time.Since(start) < slowBurst*time.Second && ctx.Err() == nil {
+			d := 500*time.Millisecond + rand.N(4500*time.Millisecond)
+			if err := set(d); err != nil {
+				return "", err
+			}
+			ds = append(ds, d.Round(100*time.Millisecond).String())
+			hold(ctx, 3*time.Second)
+		}
+		if err := set(0); err != nil {
+			return "", err
+		}
+		who := "every worker"
+		if !all {
+			who = fmt.Sprintf("worker %d", ws[0].p)
+		}
+		r.mu.Lock()
+		for _, w := range ws {
+			r.slowed = append(r.slowed, slowWindow{p: w.p, from: start, to: time.Now()})
+		}
+		r.mu.Unlock()
+		return fmt.Sprintf("%s: writes answered late by %s", who, strings.Join(ds, ", ")), nil
+	}
+}
+
+// slowWindow is a time during which a worker's writes were slowed.
+type slowWindow struct {
+	p        int
+	from, to time.Time
 }
 
 // halfOpenFault is the name of the half-open fault, whose windows the

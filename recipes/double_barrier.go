@@ -57,7 +57,9 @@ func (b *DoubleBarrier) Enter() error { return b.EnterContext(context.Background
 // If the write that completes the count was applied, the others are
 // released and EnterContext returns nil: this entrant is in. Only if etcd
 // gives no answer in that time may the key be written after EnterContext
-// has returned; it then lasts as long as the session.
+// has returned; it is then deleted as soon as it appears, for as long as
+// the session lives (a goroutine watches for it until the session ends),
+// so that a late entrant never completes someone else's count.
 func (b *DoubleBarrier) EnterContext(ctx context.Context) error {
 	if err := sessionOK(b.s); err != nil {
 		return err
@@ -77,10 +79,12 @@ func (b *DoubleBarrier) EnterContext(ctx context.Context) error {
 	if err != nil {
 		// The outcome is unknown: delete the key by name, in case. A
 		// delete that reaches the member after the put is applied after
-		// it. Bounded by a second: the call has waited long enough.
+		// it. Bounded by a second: the call has waited long enough. A put
+		// applied later still is swept for the session's life.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		cli.Delete(dctx, key)
 		cancel()
+		sweepLate(b.s, key)
 		return writeErr(ctx, err)
 	}
 	b.myKey, b.myRev = key, rev

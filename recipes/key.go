@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency"
@@ -159,4 +160,35 @@ func sessionOK(s *concurrency.Session) error {
 		return ErrNilSession
 	}
 	return nil
+}
+
+// sweepLate deletes key, which a put on s's lease whose outcome is unknown
+// may still write, if that put is applied late: a goroutine waits, until
+// the session ends (Ctx), for the key to appear on the session's lease,
+// and deletes it by its create revision. The session's end ends the
+// goroutine, and the lease's end the key.
+func sweepLate(s *concurrency.Session, key string) {
+	go func() {
+		ctx, c := s.Ctx(), s.Client()
+		var rev int64
+		mine := func(kv *mvccpb.KeyValue) bool {
+			if kv == nil || clientv3.LeaseID(kv.Lease) != s.Lease() {
+				return false
+			}
+			rev = kv.CreateRevision
+			return true
+		}
+		err := await(ctx, c, key,
+			func(ev *clientv3.Event) bool { return ev.Type == mvccpb.PUT && mine(ev.Kv) },
+			func(ctx context.Context) (bool, int64, error) {
+				resp, err := c.Get(ctx, key)
+				if err != nil {
+					return false, 0, err
+				}
+				return len(resp.Kvs) > 0 && mine(resp.Kvs[0]), resp.Header.Revision, nil
+			})
+		if err == nil {
+			deleteRev(ctx, c, key, rev)
+		}
+	}()
 }

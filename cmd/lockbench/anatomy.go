@@ -23,19 +23,24 @@ type anatomyPair struct{ ours, etcd lockbench.AnatomyResult }
 // with the embedded cluster, this process's CPU time during the child's
 // window is the members'.
 func runAnatomy(ctx context.Context, cfg config, root string, embedded bool) ([]anatomyPair, error) {
+	return anatomies(cfg.anatomySessions, func(impl lockbench.Impl, n int) (lockbench.AnatomyResult, error) {
+		progress("anatomy of a contended handoff, %d sessions, %s (child process)", n, impl.Name)
+		return childAnatomy(ctx, cfg, impl, fmt.Sprintf("%s/anatomy-%d/%s", root, n, impl.Name), n, embedded)
+	})
+}
+
+// anatomies calls one for each session count and both packages, this
+// package's first, and pairs the results.
+func anatomies(sessions []int, one func(impl lockbench.Impl, n int) (lockbench.AnatomyResult, error)) ([]anatomyPair, error) {
 	var out []anatomyPair
-	for _, n := range cfg.anatomySessions {
+	for _, n := range sessions {
 		var p anatomyPair
-		for _, x := range []struct {
-			impl lockbench.Impl
-			into *lockbench.AnatomyResult
-		}{{ours, &p.ours}, {etcd, &p.etcd}} {
-			progress("anatomy of a contended handoff, %d sessions, %s (child process)", n, x.impl.Name)
-			r, err := childAnatomy(ctx, cfg, x.impl, fmt.Sprintf("%s/anatomy-%d/%s", root, n, x.impl.Name), n, embedded)
-			if err != nil {
-				return nil, err
-			}
-			*x.into = r
+		var err error
+		if p.ours, err = one(ours, n); err != nil {
+			return nil, err
+		}
+		if p.etcd, err = one(etcd, n); err != nil {
+			return nil, err
 		}
 		out = append(out, p)
 	}
@@ -104,33 +109,39 @@ func anatomySection(w io.Writer, res results) {
 	fmt.Fprintf(w, "\n## Anatomy of a contended handoff\n\n")
 	fmt.Fprintf(w, "Each session loops Lock and Unlock on one lock, in a child process that runs no etcd member, on clients of its own. A handoff runs from one holder's Unlock call to the next holder's Unlock call, one acquisition, and is cut where the clients see it: every unary RPC of a Lock or an Unlock is timed by a client interceptor (the call's context carries the goroutine's log), and the arrival of each watch DELETE event on a client's gRPC stream by a stream interceptor, before clientv3 hands it to the watcher. The segments follow one another and add up to the cycle; \"delete answered\" is the releasing client's delete response (its header's revision names the event), and the next segment is negative when the waiter's member sent the event before the releaser's member answered. A handoff is traced whole when the waiter got the delete's event and sent a read after it; the others (the predecessor gone before the watch started, or the waiter not yet queued) are counted, not timed. CPU is user + system time per acquisition over the window: the child's (the clients', with the tracing interceptors), and the embedded members' process (both packages' servers alike; \"-\" with -endpoints).\n\n")
 	for _, p := range res.anatomy {
-		t := newTable("segment", "ours mean", "p50", "p99", "etcd mean", "p50", "p99")
-		for i := 0; i < lockbench.NumSegments; i++ {
-			om, o50, o99 := lockbench.Summary(p.ours.Segments[i])
-			em, e50, e99 := lockbench.Summary(p.etcd.Segments[i])
-			t.add(lockbench.SegmentNames[i], sdur(om), sdur(o50), sdur(o99), sdur(em), sdur(e50), sdur(e99))
-		}
-		om, o50, o99 := lockbench.Summary(p.ours.Cycles)
-		em, e50, e99 := lockbench.Summary(p.etcd.Cycles)
-		t.add("**cycle: Unlock called → next holder's Unlock called**", sdur(om), sdur(o50), sdur(o99), sdur(em), sdur(e50), sdur(e99))
-		fmt.Fprintf(w, "%d sessions:\n\n", p.ours.Sessions)
-		t.write(w)
-		fmt.Fprintln(w)
-		t = newTable("package", "acquisitions/s", "1 ÷ ops/s", "handoffs", "traced", "no event", "reads after the event", "client CPU/acq", "server CPU/acq")
-		for _, r := range []lockbench.AnatomyResult{p.ours, p.etcd} {
-			inv, reads := "-", "-"
-			if x := r.PerSec(); x > 0 {
-				inv = sdur(time.Duration(float64(time.Second) / x))
-			}
-			if r.Traced() > 0 {
-				reads = num(float64(r.Reads) / float64(r.Traced()))
-			}
-			t.add(r.Impl, num(r.PerSec()), inv, fmt.Sprint(r.Handoffs), fmt.Sprint(r.Traced()), fmt.Sprint(r.NoEvent), reads,
-				cpuPer(r.ClientCPU, r.Ops), cpuPer(r.ServerCPU, r.Ops))
-		}
-		t.write(w)
-		fmt.Fprintln(w)
+		anatomyTables(w, p)
 	}
+}
+
+// anatomyTables writes the segments of one session count's handoffs, and
+// what each package's window did.
+func anatomyTables(w io.Writer, p anatomyPair) {
+	t := newTable("segment", "ours mean", "p50", "p99", "etcd mean", "p50", "p99")
+	for i := 0; i < lockbench.NumSegments; i++ {
+		om, o50, o99 := lockbench.Summary(p.ours.Segments[i])
+		em, e50, e99 := lockbench.Summary(p.etcd.Segments[i])
+		t.add(lockbench.SegmentNames[i], sdur(om), sdur(o50), sdur(o99), sdur(em), sdur(e50), sdur(e99))
+	}
+	om, o50, o99 := lockbench.Summary(p.ours.Cycles)
+	em, e50, e99 := lockbench.Summary(p.etcd.Cycles)
+	t.add("**cycle: Unlock called → next holder's Unlock called**", sdur(om), sdur(o50), sdur(o99), sdur(em), sdur(e50), sdur(e99))
+	fmt.Fprintf(w, "%d sessions:\n\n", p.ours.Sessions)
+	t.write(w)
+	fmt.Fprintln(w)
+	t = newTable("package", "acquisitions/s", "1 ÷ ops/s", "handoffs", "traced", "no event", "reads after the event", "client CPU/acq", "server CPU/acq")
+	for _, r := range []lockbench.AnatomyResult{p.ours, p.etcd} {
+		inv, reads := "-", "-"
+		if x := r.PerSec(); x > 0 {
+			inv = sdur(time.Duration(float64(time.Second) / x))
+		}
+		if r.Traced() > 0 {
+			reads = num(float64(r.Reads) / float64(r.Traced()))
+		}
+		t.add(r.Impl, num(r.PerSec()), inv, fmt.Sprint(r.Handoffs), fmt.Sprint(r.Traced()), fmt.Sprint(r.NoEvent), reads,
+			cpuPer(r.ClientCPU, r.Ops), cpuPer(r.ServerCPU, r.Ops))
+	}
+	t.write(w)
+	fmt.Fprintln(w)
 }
 
 // cpuPer is CPU time d per operation of ops, or "-" if unknown.

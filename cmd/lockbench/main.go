@@ -66,13 +66,28 @@
 // servers over -idle-window are counted by method from the servers' gRPC
 // metrics, and the watch progress requests by client interceptors.
 //
+// And slow, also only when -only names it (issue 38): every operation of
+// both packages (and this package's Semaphore, SetLimit and RWMutex) on a
+// client whose writes are answered -slow-write late (2 s by default) while
+// its reads, watches and keepalives are answered at once, -slow-trials
+// times each on a new client: how many succeed, their mean time, and the
+// writes the client sends for each (every attempt).
+//
 // -only runs some of the workloads, by group: basic (raw Put and Get,
 // uncontended, TryLock), contended, anatomy, many, queue, lost, semaphore,
-// rwmutex, metrics, idle.
+// rwmutex, metrics, idle, slow.
 //
 // -peer-delay makes commits slow: the embedded members reach one another
 // through loopback proxies that delay every byte of their peer connections
 // by that much, each way (see embedetcd.Options).
+//
+// -disk runs, instead of all of the above, the disk-bound comparison (issue
+// 43; see disk.go): 3 etcd server processes with fsync on and their data
+// on a real disk, each package's sessions spread over one client per
+// member, looping Lock and Unlock until -disk-acquisitions, the packages
+// interleaved round by round, with the members' own metrics (WAL fsyncs,
+// raft entries, apply time by request type, CPU) and the requests of each
+// kind per acquisition, and the anatomy of a handoff on that cluster.
 //
 // Every workload uses its own key prefix under /lockbench/<run>, closes its
 // sessions, and checks that its prefix is empty; the run checks that the
@@ -97,6 +112,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/seed-a9d410c6/concurrency/internal/etcdproc"
 	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
 )
 
@@ -135,14 +151,31 @@ type config struct {
 	childAnatomy    string
 	serverPID       int
 	peerDelay       time.Duration
+	// The slow group (see slow.go).
+	slowWrite   time.Duration
+	slowTTL     int
+	slowTrials  int
+	slowTimeout time.Duration
+	// The disk-bound comparison (-disk, issue 43): see disk.go.
+	disk             bool
+	diskDir          string
+	etcdBinary       string
+	diskSessions     []int
+	diskAcquisitions int
+	diskRounds       int
+	diskPut          time.Duration
+	diskBound        time.Duration
+	diskAnatomy      bool
+	diskInProcess    bool
+	diskPause        time.Duration
 }
 
 // groups are the workload groups that -only selects from, in run order.
-var groups = []string{"basic", "contended", "anatomy", "many", "queue", "semaphore", "rwmutex", "metrics", "lost", "idle"}
+var groups = []string{"basic", "contended", "anatomy", "many", "queue", "semaphore", "rwmutex", "metrics", "lost", "idle", "slow"}
 
 // optIn are the groups that run only when -only names them: their
 // windows are minutes long.
-var optIn = []string{"idle"}
+var optIn = []string{"idle", "slow"}
 
 // runs reports whether the workloads of group run.
 func (c config) runs(group string) bool {
@@ -176,6 +209,8 @@ func main() {
 		err = runChildQueue(ctx, cfg, os.Stdout)
 	case cfg.childAnatomy != "":
 		err = runChildAnatomy(ctx, cfg, os.Stdout)
+	case cfg.disk:
+		err = runDisk(ctx, cfg, os.Stdout)
 	default:
 		err = run(ctx, cfg, os.Stdout)
 	}
@@ -190,7 +225,7 @@ func main() {
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
 	var cfg config
-	var endpoints, sessions, waiters, semWaiters, rwReads, only, idleTTLs, anatomySessions string
+	var endpoints, sessions, waiters, semWaiters, rwReads, only, idleTTLs, anatomySessions, diskSessions string
 	fs.StringVar(&endpoints, "endpoints", "", "comma-separated client URLs of a running etcd cluster (default: start an embedded cluster on loopback)")
 	fs.IntVar(&cfg.members, "members", 3, "members of the embedded cluster")
 	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured window of each timed workload, per package")
@@ -215,6 +250,17 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.serverPID, "server-pid", 0, "internal: with -child-anatomy, the process of the etcd members, whose CPU time is the server's (0: unknown)")
 	fs.StringVar(&anatomySessions, "anatomy-sessions", "2,32,128", "session counts of the anatomy workload (a contended handoff cut into segments)")
 	fs.DurationVar(&cfg.peerDelay, "peer-delay", 0, "slow commits: the embedded members' peer traffic passes through proxies that delay each direction of every peer connection by this much, so that a commit (and a linearizable read's heartbeat round) waits for it (0: direct)")
+	fs.BoolVar(&cfg.disk, "disk", false, "run the disk-bound comparison instead of the workloads above: 3 etcd server processes with fsync on and data on a real disk, sessions spread over one client per member, both packages interleaved (issue 43)")
+	fs.StringVar(&cfg.diskDir, "disk-dir", "", "-disk: directory on a disk (not tmpfs) under which the members' data directory is made (default: the system's temporary directory)")
+	fs.StringVar(&cfg.etcdBinary, "etcd-binary", "", "-disk: etcd server executable (default: build "+etcdproc.ServerPackage+" from this module's graph, which needs the repository as the working directory)")
+	fs.StringVar(&diskSessions, "disk-sessions", "2,32,128", "-disk: session counts")
+	fs.IntVar(&cfg.diskAcquisitions, "disk-acquisitions", 400, "-disk: acquisitions of each window")
+	fs.IntVar(&cfg.diskRounds, "disk-rounds", 2, "-disk: rounds per session count, the packages alternating first; the best round of each counts")
+	fs.DurationVar(&cfg.diskPut, "disk-put", time.Second, "-disk: each raw Put window, before and after each round")
+	fs.DurationVar(&cfg.diskBound, "disk-bound", 3*time.Minute, "-disk: longest lock window; a window that has not reached -disk-acquisitions by then fails the run")
+	fs.BoolVar(&cfg.diskAnatomy, "disk-anatomy", true, "-disk: also cut the handoffs of one more window per package and session count into segments")
+	fs.DurationVar(&cfg.diskPause, "disk-pause", 0, "-disk: in the anatomy, each session waits this long after its Unlock before it locks again, so that the next waiter's read does not meet the releaser's new enqueue")
+	fs.BoolVar(&cfg.diskInProcess, "disk-inprocess", false, "-disk: the 3 members embedded in this process (as etcd's integration framework runs them), with data under -disk-dir and fsync on, instead of server processes")
 	fs.IntVar(&cfg.semSessions, "sem-sessions", 32, "sessions of the semaphore workload, each with one Semaphore cycling Acquire and Release (0: skip it)")
 	fs.IntVar(&cfg.semLimit, "sem-limit", 4, "permits of the semaphore workloads")
 	fs.StringVar(&semWaiters, "sem-waiters", "2,1000", "queue lengths of the semaphore queue workload, behind -sem-limit held permits")
@@ -225,6 +271,10 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.idleClients, "idle-clients", 100, "idle workload, fleet: clients, each with one session that holds or waits (half hold, half wait)")
 	fs.StringVar(&idleTTLs, "idle-ttls", "60,6", "session TTLs, in seconds, of the idle workload, one run each")
 	fs.DurationVar(&cfg.idleWindow, "idle-window", time.Minute, "idle workload: how long the traffic of the idle holds and waits is counted, per package, layout and TTL")
+	fs.DurationVar(&cfg.slowWrite, "slow-write", 2*time.Second, "slow group: how late every write of its clients is answered (reads at once)")
+	fs.IntVar(&cfg.slowTTL, "slow-ttl", 10, "slow group: session TTL, in seconds")
+	fs.IntVar(&cfg.slowTrials, "slow-trials", 3, "slow group: trials per package, each on a new client")
+	fs.DurationVar(&cfg.slowTimeout, "slow-timeout", 30*time.Second, "slow group: bound of each operation")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -240,6 +290,7 @@ func parseFlags(args []string) (config, error) {
 			"sem-sessions": "8", "sem-waiters": "2,20", "rw-sessions": "4",
 			"idle-holds": "4", "idle-clients": "4", "idle-ttls": "3", "idle-window": "3s",
 			"anatomy-sessions": "2,8",
+			"disk-sessions":    "2,8", "disk-acquisitions": "40", "disk-put": "200ms", "disk-bound": "1m",
 		}
 		for name, v := range quick {
 			if !set[name] {
@@ -261,6 +312,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.semWaiters, err = intList(semWaiters, 1); err != nil {
 		return cfg, fmt.Errorf("-sem-waiters: %w", err)
+	}
+	if cfg.diskSessions, err = intList(diskSessions, 2); err != nil {
+		return cfg, fmt.Errorf("-disk-sessions: %w", err)
 	}
 	if cfg.anatomySessions, err = intList(anatomySessions, 2); err != nil {
 		return cfg, fmt.Errorf("-anatomy-sessions: %w", err)
@@ -298,6 +352,10 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("need -idle-holds >= 1, an even -idle-clients >= 2, a positive -idle-window")
 	case cfg.peerDelay < 0 || cfg.peerDelay > 0 && len(cfg.endpoints) > 0:
 		return cfg, errors.New("-peer-delay must not be negative, and applies only to the embedded cluster (no -endpoints)")
+	case cfg.disk && (len(cfg.endpoints) > 0 || cfg.peerDelay > 0):
+		return cfg, errors.New("-disk starts its own cluster: no -endpoints or -peer-delay")
+	case cfg.diskAcquisitions < 2 || cfg.diskRounds < 1 || cfg.diskPut <= 0 || cfg.diskBound <= 0 || cfg.diskPause < 0:
+		return cfg, errors.New("need -disk-acquisitions >= 2, -disk-rounds >= 1, positive -disk-put and -disk-bound, -disk-pause >= 0")
 	case cfg.metricsSessions < 2:
 		return cfg, errors.New("-metrics-sessions must be at least 2")
 	case cfg.rounds < 1 || cfg.clients < 2 || cfg.maxOps < 1 || cfg.lostTTL < 1 || cfg.lostTrials < 1:

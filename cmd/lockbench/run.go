@@ -262,6 +262,11 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	if res.overhead != nil {
 		reportOverhead(w, res.overhead)
 	}
+	if cfg.runs("slow") {
+		if err := runSlow(ctx, cfg, root, w); err != nil {
+			return err
+		}
+	}
 	if res.idle != nil {
 		idleSection(w, cfg, res.idle)
 	}

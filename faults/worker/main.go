@@ -34,6 +34,7 @@ import (
 
 	"github.com/seed-a9d410c6/concurrency"
 	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+	"github.com/seed-a9d410c6/concurrency/internal/slowwrite"
 	"github.com/seed-a9d410c6/concurrency/recipes"
 )
 
@@ -51,6 +52,7 @@ var (
 	keepalive = flag.Bool("keepalive", true, "dial with a gRPC keepalive of 1 s; false: clientv3's default configuration, with none")
 	store     = flag.String("store", "", "unix socket of the external store")
 	out       = flag.String("out", "", "history file to write")
+	slowFile  = flag.String("slow", "", "file holding the delay of this process's writes (a Go duration; missing or empty: none), re-read every 100 ms: the slow-commit fault of issue 38")
 )
 
 func main() {
@@ -111,12 +113,15 @@ func run() int {
 	if *keepalive {
 		cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout = time.Second, time.Second
 	}
+	sw := slowwrite.New()
+	sw.Option(&cfg)
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	w := &worker{cli: cli, h: h, st: newStoreClient(*store)}
+	stopSlow := followSlow(sw, *slowFile)
 
 	// runCtx ends the workloads; lifeCtx bounds the sessions and their
 	// final revokes, so that Close still revokes after the run.
@@ -154,13 +159,16 @@ func run() int {
 		h.Flush()
 		return 3
 	}
+	stopSlow()
 	cli.Close()
+	sw.Wait() // writes held back fail at once on the closed client
 	w.st.close()
 	if leaked := leaks(5 * time.Second); leaked != "" {
 		h.Record(hc.Op{Type: hc.Info, F: hc.FLeak, Proc: *proc, Client: fmt.Sprintf("p%d", *proc), Err: leaked})
 		status = 4
 	}
-	h.Record(hc.Op{Type: hc.OK, F: hc.FExit, Proc: *proc, Client: fmt.Sprintf("p%d", *proc)})
+	h.Record(hc.Op{Type: hc.OK, F: hc.FExit, Proc: *proc, Client: fmt.Sprintf("p%d", *proc),
+		ID: fmt.Sprintf("writes=%d slowed=%d", sw.Total(), sw.Slowed())})
 	if err := h.Flush(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -1079,5 +1087,38 @@ func leaks(d time.Duration) string {
 			return fmt.Sprintf("%d goroutines left:\n%s", len(left), strings.Join(left, "\n\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// followSlow sets the delay of sw's writes from the file at path (a Go
+// duration; missing or empty: none) every 100 ms, until the returned stop
+// is called; with path "", it does nothing.
+func followSlow(sw *slowwrite.Writes, path string) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			var d time.Duration
+			if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+				d, _ = time.ParseDuration(strings.TrimSpace(string(b)))
+			}
+			sw.Set(d)
+			select {
+			case <-done:
+				sw.Set(0)
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
 	}
 }

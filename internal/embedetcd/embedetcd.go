@@ -39,6 +39,9 @@ type Options struct {
 	// acknowledgements (one round trip: about 2 × PeerDelay more), and so
 	// does the heartbeat round of a linearizable read.
 	PeerDelay time.Duration
+	// Dir, if not "", is the directory under which the members' data
+	// directory is made (default: the system's temporary directory).
+	Dir string
 }
 
 // Start starts an n-member cluster and returns once every member is ready
@@ -53,7 +56,7 @@ func StartWith(ctx context.Context, n int, o Options) (*Cluster, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("embedetcd: %d members", n)
 	}
-	dir, err := os.MkdirTemp("", "embedetcd")
+	dir, err := os.MkdirTemp(o.Dir, "embedetcd")
 	if err != nil {
 		return nil, err
 	}

@@ -267,6 +267,12 @@ func anatomy(ctx context.Context, env Env, t *Tracer, impl Impl, pfx string, ss 
 			if err != nil {
 				return err
 			}
+			if lim.Pause > 0 {
+				select {
+				case <-time.After(lim.Pause):
+				case <-wctx.Done():
+				}
+			}
 		}
 		return nil
 	})

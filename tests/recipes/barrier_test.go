@@ -14,6 +14,7 @@ import (
 
 	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/slowwrite"
 	"github.com/seed-a9d410c6/concurrency/recipes"
 )
 
@@ -437,4 +438,40 @@ func TestDoubleBarrierEnterCancelledMidPut(t *testing.T) {
 		t.Fatalf("B's Enter alone in a barrier of 2 = %v, want DeadlineExceeded", err)
 	}
 	etcdtest.WaitKeys(t, c, pfx, 0)
+}
+
+// TestDoubleBarrierEnterPutAppliedLate (issue 38, finding 5): A's
+// EnterContext gives up on its put, which etcd applies only after the 3 s
+// that EnterContext waits for an answer (a cluster whose commits take 5 s,
+// slowwrite.Writes). The key then appears on A's live lease after
+// Enter returned: it must be swept as the core sweeps a late enqueue, for
+// as long as A's session lives, so that B, entering a barrier of 2 alone,
+// is not released by a phantom entrant.
+func TestDoubleBarrierEnterPutAppliedLate(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	sw := slowwrite.New()
+	c := etcdtest.NewClient(t, etcdtest.Endpoints(), sw.Option)
+	t.Cleanup(sw.Wait)
+	a := recipes.NewDoubleBarrier(newSession(t, c), pfx, 2)
+	// The put (a transaction) is held back 5 s; the delete by name that
+	// Enter sends when it gives up is not, so it lands before the put.
+	sw.SetFunc(func(method string, n int) time.Duration {
+		if method == "/etcdserverpb.KV/Txn" {
+			return 5 * time.Second
+		}
+		return 0
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if err := a.EnterContext(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("A's Enter with its put held back = %v, want DeadlineExceeded", err)
+	}
+	sw.Wait() // the put has been applied now, after Enter returned
+	sw.SetFunc(nil)
+	etcdtest.WaitKeys(t, sharedClient(t), pfx+"/waiters", 0)
+	b := recipes.NewDoubleBarrier(newSession(t, sharedClient(t)), pfx, 2)
+	if err := b.EnterContext(bounded(t, 500*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("B's Enter alone in a barrier of 2 = %v, want DeadlineExceeded", err)
+	}
+	etcdtest.WaitKeys(t, sharedClient(t), pfx, 0)
 }

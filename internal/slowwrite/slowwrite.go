@@ -1,0 +1,144 @@
+// Package slowwrite makes a client's writes slow while its reads stay
+// fast: the model of an etcd cluster whose commits wait for a slow disk,
+// seen from one client, for the tests, the fault soak's workers and
+// lockbench.
+package slowwrite
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+)
+
+// Writes makes a client's writes slow while its reads, watches and
+// keepalives stay fast: the model of a cluster whose commits wait for a
+// slow disk, seen from one client. A write (Put, DeleteRange, a Txn that
+// writes, LeaseGrant, LeaseRevoke) is sent to etcd only after the delay
+// in force when it was made, and answered then; if its caller gives up
+// first, the call returns its context's error at once, and the write is
+// still sent and applied later, as etcd applies a proposal already in its
+// log. Install it with Option; Wait waits for the writes still held back.
+type Writes struct {
+	delay atomic.Int64 // time.Duration for every write; 0: none
+	// delayFor, if set, picks the delay of each write by its method and
+	// the number of writes of that method so far (from 1); it overrides
+	// delay.
+	mu       sync.Mutex
+	delayFor func(method string, n int) time.Duration
+	counts   map[string]int
+	slowed   int // writes made while delayed
+	held     sync.WaitGroup
+}
+
+// New returns a Writes that delays nothing yet.
+func New() *Writes { return &Writes{counts: make(map[string]int)} }
+
+// Set delays every write by d from now on (0: none).
+func (sw *Writes) Set(d time.Duration) { sw.delay.Store(int64(d)) }
+
+// SetFunc picks the delay of each write from now on with f, given the
+// write's gRPC method (e.g. "/etcdserverpb.Lease/LeaseGrant") and how many
+// writes of that method were made, this one included; nil goes back to Set's.
+func (sw *Writes) SetFunc(f func(method string, n int) time.Duration) {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.delayFor = f
+}
+
+// Count is how many writes of method the client has made (every attempt).
+func (sw *Writes) Count(method string) int {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return sw.counts[method]
+}
+
+// Total is how many writes the client has made, of every method.
+func (sw *Writes) Total() int {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	n := 0
+	for _, c := range sw.counts {
+		n += c
+	}
+	return n
+}
+
+// Slowed is how many writes the client has made while they were delayed.
+func (sw *Writes) Slowed() int {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return sw.slowed
+}
+
+// Wait waits for every write held back to have been sent and answered.
+func (sw *Writes) Wait() { sw.held.Wait() }
+
+// Option installs sw on a client's configuration.
+func (sw *Writes) Option(cfg *clientv3.Config) {
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(sw.intercept))
+}
+
+func (sw *Writes) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if !isWrite(req) {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	sw.mu.Lock()
+	sw.counts[method]++
+	d := time.Duration(sw.delay.Load())
+	if sw.delayFor != nil {
+		d = sw.delayFor(method, sw.counts[method])
+	}
+	if d > 0 {
+		sw.slowed++
+	}
+	sw.mu.Unlock()
+	if d <= 0 {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	done := make(chan error, 1)
+	sw.held.Add(1)
+	go func() {
+		defer sw.held.Done()
+		time.Sleep(d)
+		// Sent whatever became of the caller, within a bound of its own.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		done <- invoker(actx, method, req, reply, cc, opts...)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// isWrite reports whether req goes through etcd's log.
+func isWrite(req any) bool {
+	switch r := req.(type) {
+	case *pb.PutRequest, *pb.DeleteRangeRequest, *pb.LeaseGrantRequest, *pb.LeaseRevokeRequest:
+		return true
+	case *pb.TxnRequest:
+		return txnWrites(r)
+	}
+	return false
+}
+
+func txnWrites(t *pb.TxnRequest) bool {
+	for _, ops := range [][]*pb.RequestOp{t.Success, t.Failure} {
+		for _, op := range ops {
+			switch {
+			case op.GetRequestPut() != nil, op.GetRequestDeleteRange() != nil:
+				return true
+			case op.GetRequestTxn() != nil && txnWrites(op.GetRequestTxn()):
+				return true
+			}
+		}
+	}
+	return false
+}
