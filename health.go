@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -231,18 +231,27 @@ func readHealth(ctx context.Context, c *clientv3.Client, q *Queue, sessions []cl
 	}
 	byLease := make(map[clientv3.LeaseID]*Health, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		id, err := strconv.ParseInt(strings.TrimPrefix(string(kv.Key), HealthPrefix), 16, 64)
-		var h Health
-		if err != nil || kv.Lease != id || json.Unmarshal(kv.Value, &h) != nil {
-			continue // written by hand
+		// Failures 0: the checks pass again (see recordHealth).
+		if id, h, ok := parseHealth(kv); ok && h.Failures > 0 {
+			byLease[id] = h
 		}
-		if h.Failures <= 0 {
-			continue // the checks pass again (see recordHealth)
-		}
-		byLease[clientv3.LeaseID(id)] = &h
 	}
 	for i := range q.Keys {
 		q.Keys[i].Health = byLease[sessions[i]]
 	}
 	return nil
+}
+
+// parseHealth reads the health record kv: the lease of the session it
+// reports on and the record. ok is false for a record not as recordHealth
+// writes it (written by hand): a key other than healthKey of its own lease
+// (one that names the lease as "01f" or "1F", or another lease), or a
+// value that is not a Health.
+func parseHealth(kv *mvccpb.KeyValue) (id clientv3.LeaseID, h *Health, ok bool) {
+	id = clientv3.LeaseID(kv.Lease)
+	h = new(Health)
+	if string(kv.Key) != healthKey(id) || json.Unmarshal(kv.Value, h) != nil {
+		return 0, nil, false
+	}
+	return id, h, true
 }

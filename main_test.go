@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -22,6 +23,12 @@ import (
 // server). Without a server the tests fail with the script's reason: they
 // are never skipped.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if w := flag.Lookup("test.fuzzworker"); w != nil && w.Value.String() == "true" {
+		// A worker of go test -fuzz runs only the fuzz target, which
+		// needs no server: one per worker process would be wasted.
+		os.Exit(m.Run())
+	}
 	stop, err := startEtcd(filepath.Join("compat", "test-etcd.sh"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "concurrency tests:", err)

@@ -532,6 +532,12 @@ func judge(ctx context.Context, s *Session, r rule, key string, rev int64) (judg
 	return j, err
 }
 
+// skipJudge makes judge ignore the older keys it read, so that every
+// waiter holds at once: a deliberately broken library, set only by the
+// build tag concurrency_brokenjudge (brokenjudge.go), which the fault
+// tests use to show that their checkers catch it (issue 40).
+var skipJudge = false
+
 // judgeOnce is one read of judge, of at most limit older keys (0: all of
 // them). more says that r.weigh asks for every older key.
 func judgeOnce(ctx context.Context, s *Session, r rule, key string, rev, limit int64) (judgement, bool, error) {
@@ -553,6 +559,9 @@ func judgeOnce(ctx context.Context, s *Session, r rule, key string, rev, limit i
 		return judgement{}, false, fmt.Errorf("%w: key %q was deleted while waiting", ErrSessionExpired, key)
 	}
 	kvs := resp.Responses[1].GetResponseRange().Kvs
+	if skipJudge {
+		kvs = nil
+	}
 	j := judgement{hdr: resp.Header}
 	if r.weigh != nil {
 		holds, next, more, err := r.weigh(own[0].Value, kvs, limit > 0 && int64(len(kvs)) == limit)

@@ -25,6 +25,7 @@ var (
 	flagTTL      = flag.Int("faults.ttl", 3, "session TTL in seconds")
 	flagReport   = flag.String("faults.report", "", "append the summary of each run to this file")
 	flagOnly     = flag.String("faults.only", "", "TestFaults injects only the fault kinds whose names contain this text (to study one kind; the default run injects them all)")
+	flagTags     = flag.String("faults.tags", "", "build tags of the worker, and so of the library it runs (concurrency_brokenjudge: a deliberately broken library, to show the checkers catch it)")
 	flagOldEtcd  = flag.String("faults.oldetcd", "", "etcd 3.4 binary for TestOldServer (default: $FAULTS_OLD_ETCD, /usr/bin/etcd, etcd on PATH)")
 )
 
@@ -62,6 +63,9 @@ func binaries(t *testing.T) (etcd, worker string) {
 		var flags []string
 		if raceEnabled {
 			flags = append(flags, "-race")
+		}
+		if *flagTags != "" {
+			flags = append(flags, "-tags="+*flagTags)
 		}
 		bins.worker, bins.err = etcdproc.GoBuild(ctx, filepath.Join(bins.dir, "worker"),
 			"github.com/seed-a9d410c6/concurrency/faults/worker", flags...)

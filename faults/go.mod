@@ -3,6 +3,7 @@ module github.com/seed-a9d410c6/concurrency/faults
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/seed-a9d410c6/concurrency v0.0.0-00010101000000-000000000000
 	github.com/seed-a9d410c6/concurrency/internal v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/client/v3 v3.7.3

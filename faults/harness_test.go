@@ -66,7 +66,8 @@ type result struct {
 	// processes sent while slowed (every attempt), and their acquisitions
 	// (Lock and Campaign ok) in those windows.
 	// And for comparison, the same over the whole run, every process.
-	slow struct{ windows, writes, acquisitions, allWrites, allAcquisitions int }
+	slow   struct{ windows, writes, acquisitions, allWrites, allAcquisitions int }
+	models []modelVerdict
 }
 
 func startRun(t *testing.T, pfx string, cfg runConfig) *run {
@@ -424,7 +425,12 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 	}
 	r.mu.Unlock()
 	res.live = checkLiveness(rep, r.cfg, events, eventAt, byWorkload, res.injected, forced, r.pfx+"/lock/")
+	// found counts the violations that the revision checks find on each
+	// lock name and counter, for the models' verdicts to agree with.
+	found := map[string]int{}
+	timelines := map[string]*hc.Timeline{}
 	for _, wl := range r.cfg.workloads {
+		before := rep.Total()
 		if queueWorkload(wl) {
 			checkQueue(rep, wl, byWorkload[wl], r.queueLeft(ctx, wl))
 			continue
@@ -436,6 +442,7 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 		}
 		name := r.pfx + "/lock/" + wl
 		tl := hc.NewTimeline(rep, name, events[name])
+		timelines[wl] = tl
 		switch wl {
 		case "election", "lead":
 			hc.CheckHolds(rep, name, byWorkload[wl], hc.FCampaign, tl, hc.OneLeader, hc.OneLeader)
@@ -450,11 +457,15 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 		default:
 			hc.CheckHolds(rep, name, byWorkload[wl], hc.FLock, tl, hc.Exclusion, hc.CreateOrder)
 		}
+		found[wl] = rep.Total() - before
 	}
 	log := r.store.writes()
+	counters := map[string]hc.CounterState{}
 	for _, wl := range r.cfg.workloads {
+		before := rep.Total()
 		switch wl {
 		case "txn":
+			counters[wl] = st
 			hc.CheckCounter(rep, byWorkload[wl], st)
 		case "semaphore":
 			for slot := 0; slot < semLimit; slot++ {
@@ -466,16 +477,22 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 				}
 			}
 		case "rwmutex":
-			hc.CheckCounter(rep, byWorkload[wl], r.counter(ctx, "/rw/counter", "/rw/ops/"))
+			counters[wl] = r.counter(ctx, "/rw/counter", "/rw/ops/")
+			hc.CheckCounter(rep, byWorkload[wl], counters[wl])
 		case "cancel":
-			hc.CheckCounter(rep, byWorkload[wl], r.counter(ctx, "/cancel/counter", "/cancel/ops/"))
+			counters[wl] = r.counter(ctx, "/cancel/counter", "/cancel/ops/")
+			hc.CheckCounter(rep, byWorkload[wl], counters[wl])
 		case "fence":
 			hc.CheckStore(rep, byWorkload[wl], log, "fenced", wl, true)
 		case "unguarded":
 			rep.Measured[hc.UnguardedLost] = hc.CheckStore(rep, byWorkload[wl], log, "raw", wl, false)
 			rep.Measured[hc.Overlap] = hc.Overlaps(rep, byWorkload[wl])
 		}
+		if _, ok := counters[wl]; ok {
+			found[wl+" counter"] = rep.Total() - before
+		}
 	}
+	res.models = checkModels(rep, r.cfg.workloads, all, eventAt, byWorkload, timelines, counters, found)
 	for _, w := range r.workers {
 		r.t.Logf("worker %d: history %s, log %s", w.p, w.history, w.log)
 	}
@@ -628,6 +645,7 @@ func (res *result) summary() string {
 	}
 	fmt.Fprintf(&b, "| total | %d |\n\n", total)
 	b.WriteString(res.report.Table())
+	b.WriteString(modelTable(res.models))
 	if l := res.live; l.windows > 0 {
 		fmt.Fprintf(&b, "\nHalf-open windows: %d; bound %v; waits on a free lock checked %d, longest %v; holds whose key was deleted checked %d, longest to their Ctx's end %v.\n",
 			l.windows, l.bound, l.waits, l.maxWait.Round(time.Millisecond), l.holds, l.maxHold.Round(time.Millisecond))

@@ -34,7 +34,7 @@ const (
 
 // Guarded lists the invariants that must have zero violations, in the order
 // of the report.
-var Guarded = []string{Exclusion, CreateOrder, SemLimit, SemWeight, RWExclude, ReadStable, GuardedTxn, Counter, FenceStore, OneLeader, LeaderRead, WaiterLive, HoldEnds, QueueNoLoss, QueueNoDup, BarrierEarly, BarrierLate, Returned, NoKeysLeft, NoLeaks, Complete}
+var Guarded = []string{Exclusion, CreateOrder, SemLimit, SemWeight, RWExclude, ReadStable, GuardedTxn, Counter, FenceStore, OneLeader, LeaderRead, WaiterLive, HoldEnds, QueueNoLoss, QueueNoDup, BarrierEarly, BarrierLate, Linearizable, Agree, Returned, NoKeysLeft, NoLeaks, Complete}
 
 // Measures of the unguarded control: reported, never asserted, because a
 // lock without fencing cannot prevent them.

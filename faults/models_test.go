@@ -1,0 +1,86 @@
+package faults_test
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+)
+
+var flagModelTimeout = flag.Duration("faults.modeltimeout", 5*time.Minute, "how long porcupine may check one name's history; a check that runs out is a violation, not a pass")
+
+// modelVerdict is the porcupine check of one lock name or counter, beside
+// what the revision checks found on it.
+type modelVerdict struct {
+	name, model string
+	ops         int
+	result      porcupine.CheckResult
+	took        time.Duration
+	found       int // violations the revision checks found on the same name
+}
+
+// checkModels checks each workload's history against its porcupine model,
+// partitioned by lock name (and by counter), beside the revision checks
+// that finish ran: found holds how many violations those found on each.
+// Both must agree: a name that one finds a violation on and the other
+// finds linearizable is a violation of hc.Agree. The rwmutex, queue and
+// barrier workloads have no model here: the revision checks alone check
+// them.
+func checkModels(rep *hc.Report, workloads []string, all []hc.Op, delivered map[int64]time.Time, byWorkload map[string][]hc.Op, timelines map[string]*hc.Timeline, counters map[string]hc.CounterState, found map[string]int) []modelVerdict {
+	clock := hc.NewRevClock(hc.Calls(all), delivered)
+	var vs []modelVerdict
+	check := func(name, model string, m porcupine.Model, h []porcupine.Operation) {
+		start := time.Now()
+		res := hc.CheckModel(rep, name, model, m, h, *flagModelTimeout)
+		v := modelVerdict{name: name, model: model, ops: len(h), result: res, took: time.Since(start), found: found[name]}
+		vs = append(vs, v)
+		if res == porcupine.Unknown {
+			return // a violation of hc.Linearizable already
+		}
+		rep.Checked[hc.Agree]++
+		if (res == porcupine.Illegal) != (v.found > 0) {
+			rep.Violate(hc.Agree, "%s: porcupine's %s model says %s, the revision checks found %d violations", name, model, res, v.found)
+		}
+	}
+	for _, wl := range workloads {
+		tl := timelines[wl]
+		calls := hc.Calls(byWorkload[wl])
+		switch {
+		case tl == nil:
+		case wl == "election" || wl == "lead":
+			check(wl, "fenced lock", hc.FencedLock, hc.HoldHistory(calls, hc.FCampaign, hc.FResign, tl, clock, nil))
+		case wl == "semaphore" || wl == "wsemaphore":
+			check(wl, "weighted semaphore", hc.WeightedSemaphore, hc.HoldHistory(calls, hc.FLock, hc.FUnlock, tl, clock, hc.GrantWeight))
+		case wl != "rwmutex":
+			check(wl, "fenced lock", hc.FencedLock, hc.HoldHistory(calls, hc.FLock, hc.FUnlock, tl, clock, nil))
+		}
+		if st, ok := counters[wl]; ok {
+			check(wl+" counter", "register", hc.Register, hc.CounterHistory(calls, st))
+		}
+	}
+	return vs
+}
+
+// modelTable formats the models' verdicts as a Markdown table.
+func modelTable(vs []modelVerdict) string {
+	if len(vs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n| name | porcupine model | operations | verdict | check took | revision checks' violations |\n|---|---|---:|---|---:|---:|\n")
+	for _, v := range vs {
+		verdict := "linearizable"
+		switch v.result {
+		case porcupine.Illegal:
+			verdict = "**not linearizable**"
+		case porcupine.Unknown:
+			verdict = "**timed out (not checked)**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %v | %d |\n", v.name, v.model, v.ops, verdict, v.took.Round(time.Millisecond), v.found)
+	}
+	return b.String()
+}
