@@ -66,7 +66,7 @@
 // the package whose first attempt has no answer after a sixth of its
 // session's TTL (between 1 s and 5 s; half to all of it, at random), or
 // after twice what the client's last answered request of its kind took,
-// if longer, is sent again on the client's next connection, beside the
+// if longer (a third of the TTL at most), is sent again on the client's next connection, beside the
 // first, not instead of it, and the first answer of either is taken. An
 // attempt is given up, and another sent, only once a request of its kind
 // (a write, for a write) sent after it has been answered, which shows

@@ -166,7 +166,8 @@ type reply[T any] struct {
 // The first attempt is sent at once. If it has no answer after a random
 // time between d/2 and d (so that attempts do not keep step with the
 // client's other periodic requests), or after twice the time the
-// client's last answered request of the class took, if longer, a second
+// client's last answered request of the class took, if longer (2d at
+// most), a second
 // attempt is sent beside it, on the client's next connection, and the
 // first answer of either is taken. No more than maxInFlight attempts
 // wait at once: the older one is given up, and another sent, only once
@@ -230,8 +231,12 @@ func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c
 		return false
 	}
 
+	// Twice the last answer's time, but never past 2d: a renewal's second
+	// attempt must still come well before the session's deadline (a
+	// renewal goes out a third of the TTL after the last, with d a sixth
+	// of it), however slow the client's last answers were.
 	hedge := d/2 + rand.N(d/2+1)
-	if r := 2 * ans.recently(c); r > hedge {
+	if r := min(2*ans.recently(c), 2*d); r > hedge {
 		hedge = r
 	}
 	giveUp := giveUpAfter * d
