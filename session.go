@@ -147,9 +147,10 @@ func (ks *keySet) all() iter.Seq2[string, *keyState] {
 // client's) and, unlike etcd's (#19778), by the TTL asked for (at least
 // 10 s, at most a minute): if etcd has not answered by then, it returns an error matching
 // context.DeadlineExceeded. An attempt that gets no answer within a sixth
-// of the TTL (1 s to 5 s) is sent again, on the client's next connection;
-// a lease granted by an attempt whose answer was lost has no key and
-// expires after its TTL.
+// of the TTL (1 s to 5 s) has a second sent beside it, on the client's
+// next connection, and the first answer is taken (see ask); both ask for
+// the same lease ID, picked here, so etcd grants one lease, however many
+// attempts it applies (see grantLease).
 //
 // It returns an error matching ErrNilClient for a nil client; on error
 // nothing is left running and no lease is granted (a lease granted before

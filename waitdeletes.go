@@ -534,12 +534,12 @@ func judgeDuring(ctx context.Context, s *Session, r rule, key string, rev int64)
 // keepalive, and its round-robin balancer keeps sending every other
 // request to such a connection, while the session's renewals, each
 // bounded, go on succeeding through the others. So no request waits for
-// more than wait (see answered), and no watch trusts a stream that has
-// said nothing for idle and then did not answer a progress request within
-// wait (see probe).
+// more than wait without a second attempt beside it (see ask), and no
+// watch trusts a stream that has said nothing for idle and then did not
+// answer a progress request within wait (see probe).
 type liveness struct {
 	idle time.Duration // a watch that heard nothing for this long asks for progress
-	wait time.Duration // how long an answer may take: a progress request's or any one request's
+	wait time.Duration // how long an answer may take: a progress request's, or a request's before a second attempt (see ask)
 }
 
 // livenessFor is the liveness of a session with the given TTL: idle a
