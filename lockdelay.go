@@ -264,8 +264,10 @@ func (h *hold) lostBefore(ctx context.Context, pfx string, after int64) bool {
 // holds in etcd, so nobody else is granted; ctx ending or the session
 // ending releases it, and Lock returns their error.
 //
-// It costs one transaction per grant, and one small key per lock name
-// that stays; a grant that queued behind a hold that recorded nothing
+// It costs a read and a transaction per grant (the record is read before
+// it is written, so that it is written only with the delay it calls for,
+// see delayGrant), a lease grant per delay started, and one small key per
+// lock name that stays; a grant that queued behind a hold that recorded nothing
 // also reads the name at its key's creation revision and looks up the
 // lease of each key older than its own there. It applies to Mutex (Lock, TryLock, Do, LockAll); the other
 // primitives ignore it. The default, 0, is off; d < 0 makes NewSession
