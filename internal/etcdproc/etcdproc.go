@@ -151,21 +151,43 @@ func (c *Cluster) Close() {
 	}
 }
 
-// isMember reports whether the cluster lists member id; on an error it
-// says yes, so that the caller tries again.
-func (c *Cluster) isMember(ctx context.Context, cli *clientv3.Client, id uint64) bool {
+// listed reports whether the member list that cli gets has member id.
+func listed(ctx context.Context, cli *clientv3.Client, id uint64) (bool, error) {
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	resp, err := cli.MemberList(lctx)
 	if err != nil {
-		return true
+		return false, err
 	}
 	for _, mm := range resp.Members {
 		if mm.ID == id {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
+}
+
+// waitListed waits until the member list of each of endpoints, asked
+// through that member alone, has member id, or until 30 s or ctx end.
+func (c *Cluster) waitListed(ctx context.Context, endpoints []string, id uint64) error {
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, ep := range endpoints {
+		cli, err := c.Client(ep)
+		if err != nil {
+			return err
+		}
+		for ok, _ := listed(wctx, cli, id); !ok; ok, _ = listed(wctx, cli, id) {
+			select {
+			case <-wctx.Done():
+				cli.Close()
+				return fmt.Errorf("etcdproc: %s does not list the new member %x: %w", ep, id, wctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		cli.Close()
+	}
+	return nil
 }
 
 // flags are the member's server flags for its name, directory and URLs,
@@ -403,7 +425,7 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 func (c *Cluster) healthy(ctx context.Context, cli *clientv3.Client) error {
 	for _, m := range c.Members {
 		if !m.Running() {
-			return fmt.Errorf("%s is not running", m.Name)
+			return fmt.Errorf("%s is not running; the end of its log: %s", m.Name, logTail(m.LogPath, 600))
 		}
 		if m.Paused() {
 			return fmt.Errorf("%s is paused", m.Name)
@@ -430,6 +452,25 @@ func (c *Cluster) healthy(ctx context.Context, cli *clientv3.Client) error {
 		}
 	}
 	return nil
+}
+
+// logTail returns the last n bytes of the file at path, or the error
+// reading it.
+func logTail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err.Error()
+	}
+	b := make([]byte, min(n, st.Size()))
+	if _, err := f.ReadAt(b, st.Size()-int64(len(b))); err != nil {
+		return err.Error()
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func isClosed(c chan struct{}) bool {
@@ -480,8 +521,11 @@ func (c *Cluster) Replace(ctx context.Context, i int) error {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err = cli.MemberRemove(rctx, old)
 		cancel()
-		if err != nil && !c.isMember(ctx, cli, old) {
-			err = nil
+		if err != nil {
+			// On an error of its own, the list says nothing: try again.
+			if still, lerr := listed(ctx, cli, old); lerr == nil && !still {
+				err = nil
+			}
 		}
 		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
 			break
@@ -510,6 +554,12 @@ func (c *Cluster) Replace(ctx context.Context, i int) error {
 	}
 	if err != nil {
 		return fmt.Errorf("etcdproc: add a member at %s: %w", m.PeerURL, err)
+	}
+	// The new member asks the others for the membership when it starts,
+	// and exits ("member count is unequal") if the one it asks has not yet
+	// applied the add: start it only once every other member lists it.
+	if err := c.waitListed(ctx, others, added.Member.ID); err != nil {
+		return err
 	}
 	base, _, _ := strings.Cut(m.Name, "r")
 	name := fmt.Sprintf("%sr%x", base, added.Member.ID&0xffff)

@@ -201,3 +201,47 @@ func TestProxy(t *testing.T) {
 		t.Fatalf("read after Heal = %v", err)
 	}
 }
+
+// Replacing the leader and then a follower leaves a healthy cluster of
+// three running members, the new ones holding what was written before.
+func TestReplace(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := startCluster(t)
+	cli := client(t, c)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if _, err := cli.Put(ctx, pfx+"/a", "1"); err != nil {
+		t.Fatal(err)
+	}
+	l := c.Leader(ctx, cli)
+	if l < 0 {
+		t.Fatal("no leader")
+	}
+	for _, i := range []int{l, (l + 1) % len(c.Members)} {
+		old := c.Members[i].Name
+		if err := c.Replace(ctx, i); err != nil {
+			t.Fatalf("replace %s: %v", old, err)
+		}
+		if c.Members[i].Name == old {
+			t.Fatalf("member %d kept its name %s", i, old)
+		}
+		if err := c.WaitHealthy(ctx); err != nil {
+			t.Fatalf("after replacing %s: %v", old, err)
+		}
+		one := client(t, c, c.Members[i].ClientURL)
+		resp, err := one.Get(ctx, pfx+"/a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "1" {
+			t.Fatalf("%s reads %v, want 1", c.Members[i].Name, resp.Kvs)
+		}
+		list, err := cli.MemberList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Members) != len(c.Members) {
+			t.Fatalf("%d members listed, want %d", len(list.Members), len(c.Members))
+		}
+	}
+}
