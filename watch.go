@@ -1,0 +1,229 @@
+package concurrency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
+)
+
+// This file holds the package's watches: opening one on a stream that
+// answers (openWatch), following it until its caller has what it waits for
+// (watchUntil, watchAfter), and ending it. What keeps a watch from trusting
+// a silent stream is the stream's (stream.go).
+
+// watchAfter is watchUntil for a caller that needs every event after
+// revision rev, which its read saw last (Observe posts every value). It
+// watches from the server's current revision and, only if that watch
+// began past rev (see missed), watches again from rev+1, a revision etcd
+// has written by then: so it never opens a watch at a revision not yet
+// written, which would leave the stream's progress requests unanswered.
+func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key string, rev int64, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
+	replay := false
+	err := watchUntil(ctx, nil, client, l, key, nil, func(wr clientv3.WatchResponse) (bool, error) {
+		if missed(wr, rev) {
+			replay = true
+			return true, nil
+		}
+		return fn(wr)
+	}, opts...)
+	if err != nil || !replay {
+		return err
+	}
+	return watchUntil(ctx, nil, client, l, key, nil, fn, append(opts, clientv3.WithRev(rev+1))...)
+}
+
+// watchUntil watches key with opts until fn, called on each response in
+// order, returns true or an error. It returns nil when fn returned true,
+// fn's error, or the error that ended the watch (compaction, no leader,
+// lost connection, ctx). If s is not nil (the watch is a wait's), the end
+// of the session's life ends the watch too, with its cause (see
+// Session.endWatches). The watch requires a leader: on a member without
+// one it ends with an error instead of waiting for events that never
+// come. A watch that starts resets b, the backoff between failed watches.
+//
+// No part of it trusts a silent stream (see openWatch and probe): if etcd
+// does not create the watch in time, or the stream stops answering, it
+// returns an error matching errNoAnswer, for the caller to read again and
+// watch anew, on a new stream.
+//
+// Whatever else ends the watch (ctx, the session's end, the stream's
+// probe) cancels the watch's context, and the wait ends then, on that
+// context's done channel, not when clientv3 closes the watch's channel:
+// clientv3 closes it from its stream's goroutine, which sends each new
+// watch request on the stream itself and so may be stuck on a connection
+// that accepts nothing more. (Waiting on the channel alone would save a
+// runtime wait record, 112 bytes, per waiter; it would also trust the
+// silent stream.)
+func watchUntil(ctx context.Context, s *Session, client *clientv3.Client, l liveness, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
+	w, err := openWatch(ctx, s, client, l, key, opts...)
+	if err != nil {
+		return err
+	}
+	defer w.close(s)
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		select {
+		case wr, ok = <-w.ch:
+		case <-w.done:
+		}
+		if !ok {
+			return w.closed(ctx, s, key)
+		}
+		w.st.heard()
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		if wr.Created {
+			b.reset()
+		}
+		if done, err := fn(wr); done || err != nil {
+			return err
+		}
+	}
+}
+
+// watch is an open watch of the package, listed by its stream (whose probe
+// ends it if the stream goes silent) and, if it is a wait's, by its
+// session (whose end ends it). It is all a waiter keeps of the package's
+// liveness checks: the probe and its timer are the stream's.
+type watch struct {
+	ch     clientv3.WatchChan
+	cancel context.CancelFunc // ends the watch: clientv3 closes ch
+	done   <-chan struct{}    // closed once the watch has ended (see watchUntil)
+	st     *stream
+	// inStream links the watches of st that etcd is creating, then its
+	// open watches; guarded by st.g.mu.
+	inStream links
+	// inSession links the open watches of the session whose end ends the
+	// watch (see Session.addWatch); guarded by its watchMu.
+	inSession links
+	// deadline is when the creation of the watch is given up (UnixNano),
+	// while etcd creates it; 0 once given up (see stream.create).
+	// Guarded by st.g.mu.
+	deadline int64
+}
+
+// links are a watch's place in a list of watches.
+type links struct{ prev, next *watch }
+
+// streamLinks and sessionLinks are w's links in its stream's lists and in
+// its session's.
+func streamLinks(w *watch) *links  { return &w.inStream }
+func sessionLinks(w *watch) *links { return &w.inSession }
+
+// push puts w first in the list that begins at *first, linked through
+// the links of its that at returns.
+func push(first **watch, w *watch, at func(*watch) *links) {
+	at(w).next = *first
+	if *first != nil {
+		at(*first).prev = w
+	}
+	*first = w
+}
+
+// unlink takes w out of the list that begins at *first, linked through
+// the links of its that at returns.
+func unlink(first **watch, w *watch, at func(*watch) *links) {
+	l := at(w)
+	if l.prev != nil {
+		at(l.prev).next = l.next
+	} else {
+		*first = l.next
+	}
+	if l.next != nil {
+		at(l.next).prev = l.prev
+	}
+	*l = links{}
+}
+
+// closed is the error of a watch whose channel has closed: ctx's, the
+// cause of the end of s (the session whose wait it is, if not nil),
+// errNoAnswer if the stream's probe found it silent, else errWatchClosed.
+func (w *watch) closed(ctx context.Context, s *Session, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s != nil && s.life.Err() != nil {
+		return context.Cause(s.life)
+	}
+	if err := w.st.silence(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %q", errWatchClosed, key)
+}
+
+// close ends the watch and takes it off its lists (that of s, the session
+// it was opened for, if not nil). A nil w is left alone.
+func (w *watch) close(s *Session) {
+	if w == nil {
+		return
+	}
+	if s != nil {
+		s.dropWatch(w)
+	}
+	w.st.drop(w)
+	w.cancel()
+}
+
+// requestProgress asks the watch's stream for progress, on ctx.
+func (w *watch) requestProgress(ctx context.Context) {
+	w.st.g.client.RequestProgress(metadata.NewOutgoingContext(ctx, w.st.md))
+}
+
+// openWatch opens a watch of key with opts (and WithCreatedNotify) on the
+// client's current stream of the package (see joinStream). clientv3's Watch
+// returns only once etcd has created the watch (or its context ended): on
+// a silent stream, never. So openWatch waits l.wait at most; if etcd has
+// not answered by then, and nobody heard from the stream within l.wait
+// either, the stream is silent: it moves the client's stream on and
+// returns an error matching errNoAnswer. If s is not nil, the end of the
+// session's life ends the wait for the creation too, with its cause, and
+// the open watch is listed by the session (see Session.endWatches).
+func openWatch(ctx context.Context, s *Session, client *clientv3.Client, l liveness, key string, opts ...clientv3.OpOption) (*watch, error) {
+	opts = append(opts, clientv3.WithCreatedNotify())
+	for {
+		st, sctx := joinStream(ctx, client)
+		wctx, cancel := context.WithCancel(sctx)
+		unbind := func() bool { return true }
+		if s != nil {
+			unbind = context.AfterFunc(s.life, cancel)
+		}
+		w := &watch{cancel: cancel, done: wctx.Done()}
+		ch, ok := st.create(w, wctx, l.wait, key, opts...)
+		ended := !unbind()
+		if ok && !ended {
+			w.ch = ch
+			if s == nil || s.addWatch(w) {
+				st.add(w, key, l)
+				return w, nil
+			}
+			ended = true
+		}
+		cancel()
+		err := ctx.Err()
+		switch {
+		case err != nil:
+		case ended:
+			err = context.Cause(s.life)
+		case !st.heardWithin(l.wait):
+			// clientv3 creates a stream's watches one at a time: behind
+			// many others, a watch may wait longer than l.wait on a
+			// stream that answers them. Only a stream nobody heard from
+			// is silent.
+			st.g.moveOn(st.key.n)
+			err = fmt.Errorf("%w: etcd did not create a watch of %q within %v", errNoAnswer, key, l.wait)
+		}
+		st.leave()
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// errWatchClosed is the error of a watch whose channel closed without an
+// error: the client lost its stream, and a new watch may succeed.
+var errWatchClosed = errors.New("concurrency: watch closed")
