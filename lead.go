@@ -654,7 +654,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 	if err != nil {
 		return err
 	}
-	defer func() { wt.close(nil) }()
+	defer func() { wt.close() }()
 	replayed := false
 	seen, target := rev, int64(0) // target: etcd's revision once fin ended
 	finc := fin.Done()
@@ -678,7 +678,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 				// Something was written between the read and the watch
 				// (see missed): etcd has written rev+1 by now, so watch
 				// again from it, to apply every event after the read.
-				wt.close(nil)
+				wt.close()
 				replayed = true
 				if wt, err = openWatch(ctx, nil, w.cli, w.l, w.pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1)); err != nil {
 					return err

@@ -10,6 +10,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// This file holds what the request layer (request.go) counts as a failure
+// that may pass (transient), and the backoff between attempts of an
+// operation that failed so.
+
 // retryInterval is the longest wait between two attempts of an operation
 // that failed for a reason that may pass: a keepalive, a wait's watch or
 // read, a release.

@@ -81,18 +81,18 @@ type stream struct {
 	heardAt atomic.Int64    // when a watch of the stream last heard from it (UnixNano); 0 if none has
 
 	// Guarded by g.mu:
-	users   int    // watches open or being opened on the stream; forgotten at 0
-	watches *watch // the open watches, linked by inStream
-	confirm string // the key of a watch etcd created on the stream, for the probe's confirming watch
+	users   int                 // watches open or being opened on the stream; forgotten at 0
+	watches map[*watch]struct{} // the open watches
+	confirm string              // the key of a watch etcd created on the stream, for the probe's confirming watch
 	// l is the shortest liveness of the watches opened on the stream since
 	// it last had none: the probe serves the most demanding.
 	l      liveness
 	p      *probe // while the stream has open watches; nil otherwise
 	silent error  // the probe found the stream silent: why; nil if not
-	// creating are the watches etcd is creating on the stream, linked by
-	// inStream; expiry gives up those past their deadline (see
-	// create), armed for expiresAt (UnixNano; 0: not armed).
-	creating  *watch
+	// creating are the watches etcd is creating on the stream; expiry
+	// gives up those past their deadline (see create), armed for
+	// expiresAt (UnixNano; 0: not armed).
+	creating  map[*watch]struct{}
 	expiry    *time.Timer
 	expiresAt int64
 }
@@ -180,7 +180,10 @@ func (st *stream) pend(w *watch, wait time.Duration) {
 	st.g.mu.Lock()
 	defer st.g.mu.Unlock()
 	w.deadline = time.Now().Add(wait).UnixNano()
-	push(&st.creating, w, streamLinks)
+	if st.creating == nil {
+		st.creating = make(map[*watch]struct{})
+	}
+	st.creating[w] = struct{}{}
 	switch {
 	case st.expiry == nil:
 		st.expiry = time.AfterFunc(wait, st.expire)
@@ -197,10 +200,10 @@ func (st *stream) pend(w *watch, wait time.Duration) {
 func (st *stream) unpend(w *watch) bool {
 	st.g.mu.Lock()
 	defer st.g.mu.Unlock()
-	unlink(&st.creating, w, streamLinks)
+	delete(st.creating, w)
 	inTime := w.deadline != 0
 	w.deadline = 0
-	if st.creating == nil && st.expiresAt != 0 {
+	if len(st.creating) == 0 && st.expiresAt != 0 {
 		st.expiry.Stop()
 		st.expiresAt = 0
 	}
@@ -214,7 +217,7 @@ func (st *stream) expire() {
 	defer st.g.mu.Unlock()
 	now := time.Now().UnixNano()
 	next := int64(0)
-	for w := st.creating; w != nil; w = w.inStream.next {
+	for w := range st.creating {
 		switch {
 		case w.deadline == 0:
 		case w.deadline <= now:
@@ -255,7 +258,10 @@ func (st *stream) add(w *watch, key string, l liveness) {
 	st.g.mu.Lock()
 	defer st.g.mu.Unlock()
 	w.st = st
-	push(&st.watches, w, streamLinks)
+	if st.watches == nil {
+		st.watches = make(map[*watch]struct{})
+	}
+	st.watches[w] = struct{}{}
 	st.confirm = key
 	switch {
 	case st.silent != nil:
@@ -289,9 +295,9 @@ func (st *stream) add(w *watch, key string, l liveness) {
 // the stream anew for it, and keep it until the client closes).
 func (st *stream) drop(w *watch) {
 	st.g.mu.Lock()
-	unlink(&st.watches, w, streamLinks)
+	delete(st.watches, w)
 	var running chan struct{}
-	if st.watches == nil && st.p != nil {
+	if len(st.watches) == 0 && st.p != nil {
 		running = st.p.halt()
 		st.p = nil
 	}
@@ -435,7 +441,7 @@ func (p *probe) run() {
 	default:
 		g.moveOn(st.key.n)
 		st.silent = fmt.Errorf("%w: the watch stream said nothing for %v", errNoAnswer, l.idle+2*l.wait)
-		for w := st.watches; w != nil; w = w.inStream.next {
+		for w := range st.watches {
 			w.cancel()
 		}
 	}

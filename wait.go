@@ -31,8 +31,8 @@ import (
 // waits: a context for the whole wait, with its map of children and its
 // done channel, cost about 460 bytes per waiter. Each read, sleep and
 // watch creation of the wait runs on a context made for that step (see
-// Session.during), and the session's end ends its open watches (see
-// Session.endWatches).
+// Session.during), and the session's end ends its open watch (see
+// openWatch).
 //
 // After each wake-up the waiter judges its place again with one
 // linearizable read (judge, in queue.go): its own key and the older keys
@@ -172,7 +172,7 @@ func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *ba
 	if !t.onPut {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	return watchUntil(ctx, s, s.client, s.live(), t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
+	return watchUntil(ctx, s.life, s.client, s.live(), t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if missed(wr, seenRev) {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
@@ -214,7 +214,7 @@ func waitRange(ctx context.Context, s *Session, over, wake string, seenRev int64
 	if wake == "" {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	err = watchUntil(ctx, s, s.client, s.live(), over, b, func(wr clientv3.WatchResponse) (bool, error) {
+	err = watchUntil(ctx, s.life, s.client, s.live(), over, b, func(wr clientv3.WatchResponse) (bool, error) {
 		if missed(wr, seenRev) {
 			stop, seen, err := check()
 			if err != nil || stop {

@@ -38,9 +38,8 @@ func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key st
 // watchUntil watches key with opts until fn, called on each response in
 // order, returns true or an error. It returns nil when fn returned true,
 // fn's error, or the error that ended the watch (compaction, no leader,
-// lost connection, ctx). If s is not nil (the watch is a wait's), the end
-// of the session's life ends the watch too, with its cause (see
-// Session.endWatches). The watch requires a leader: on a member without
+// lost connection, ctx). If life is not nil (the watch is a session's
+// wait's), its end ends the watch too, with its cause. The watch requires a leader: on a member without
 // one it ends with an error instead of waiting for events that never
 // come. A watch that starts resets b, the backoff between failed watches.
 //
@@ -49,7 +48,7 @@ func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key st
 // returns an error matching errNoAnswer, for the caller to read again and
 // watch anew, on a new stream.
 //
-// Whatever else ends the watch (ctx, the session's end, the stream's
+// Whatever else ends the watch (ctx, the end of life, the stream's
 // probe) cancels the watch's context, and the wait ends then, on that
 // context's done channel, not when clientv3 closes the watch's channel:
 // clientv3 closes it from its stream's goroutine, which sends each new
@@ -57,12 +56,12 @@ func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key st
 // that accepts nothing more. (Waiting on the channel alone would save a
 // runtime wait record, 112 bytes, per waiter; it would also trust the
 // silent stream.)
-func watchUntil(ctx context.Context, s *Session, client *clientv3.Client, l liveness, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
-	w, err := openWatch(ctx, s, client, l, key, opts...)
+func watchUntil(ctx context.Context, life context.Context, client *clientv3.Client, l liveness, key string, b *backoff, fn func(clientv3.WatchResponse) (bool, error), opts ...clientv3.OpOption) error {
+	w, err := openWatch(ctx, life, client, l, key, opts...)
 	if err != nil {
 		return err
 	}
-	defer w.close(s)
+	defer w.close()
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
@@ -71,7 +70,7 @@ func watchUntil(ctx context.Context, s *Session, client *clientv3.Client, l live
 		case <-w.done:
 		}
 		if !ok {
-			return w.closed(ctx, s, key)
+			return w.closed(ctx, life, key)
 		}
 		w.st.heard()
 		if err := wr.Err(); err != nil {
@@ -87,68 +86,30 @@ func watchUntil(ctx context.Context, s *Session, client *clientv3.Client, l live
 }
 
 // watch is an open watch of the package, listed by its stream (whose probe
-// ends it if the stream goes silent) and, if it is a wait's, by its
-// session (whose end ends it). It is all a waiter keeps of the package's
-// liveness checks: the probe and its timer are the stream's.
+// ends it if the stream goes silent), and ended by the end of the life it
+// was opened for, if any (a session's). It is all a waiter keeps of the
+// package's liveness checks: the probe and its timer are the stream's.
 type watch struct {
 	ch     clientv3.WatchChan
 	cancel context.CancelFunc // ends the watch: clientv3 closes ch
 	done   <-chan struct{}    // closed once the watch has ended (see watchUntil)
+	unbind func() bool        // stops the end of the life from ending the watch
 	st     *stream
-	// inStream links the watches of st that etcd is creating, then its
-	// open watches; guarded by st.g.mu.
-	inStream links
-	// inSession links the open watches of the session whose end ends the
-	// watch (see Session.addWatch); guarded by its watchMu.
-	inSession links
 	// deadline is when the creation of the watch is given up (UnixNano),
 	// while etcd creates it; 0 once given up (see stream.create).
 	// Guarded by st.g.mu.
 	deadline int64
 }
 
-// links are a watch's place in a list of watches.
-type links struct{ prev, next *watch }
-
-// streamLinks and sessionLinks are w's links in its stream's lists and in
-// its session's.
-func streamLinks(w *watch) *links  { return &w.inStream }
-func sessionLinks(w *watch) *links { return &w.inSession }
-
-// push puts w first in the list that begins at *first, linked through
-// the links of its that at returns.
-func push(first **watch, w *watch, at func(*watch) *links) {
-	at(w).next = *first
-	if *first != nil {
-		at(*first).prev = w
-	}
-	*first = w
-}
-
-// unlink takes w out of the list that begins at *first, linked through
-// the links of its that at returns.
-func unlink(first **watch, w *watch, at func(*watch) *links) {
-	l := at(w)
-	if l.prev != nil {
-		at(l.prev).next = l.next
-	} else {
-		*first = l.next
-	}
-	if l.next != nil {
-		at(l.next).prev = l.prev
-	}
-	*l = links{}
-}
-
 // closed is the error of a watch whose channel has closed: ctx's, the
-// cause of the end of s (the session whose wait it is, if not nil),
-// errNoAnswer if the stream's probe found it silent, else errWatchClosed.
-func (w *watch) closed(ctx context.Context, s *Session, key string) error {
+// cause of the end of life (if not nil), errNoAnswer if the stream's probe
+// found it silent, else errWatchClosed.
+func (w *watch) closed(ctx context.Context, life context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if s != nil && s.life.Err() != nil {
-		return context.Cause(s.life)
+	if life != nil && life.Err() != nil {
+		return context.Cause(life)
 	}
 	if err := w.st.silence(); err != nil {
 		return err
@@ -156,15 +117,12 @@ func (w *watch) closed(ctx context.Context, s *Session, key string) error {
 	return fmt.Errorf("%w: %q", errWatchClosed, key)
 }
 
-// close ends the watch and takes it off its lists (that of s, the session
-// it was opened for, if not nil). A nil w is left alone.
-func (w *watch) close(s *Session) {
+// close ends the watch and takes it off its stream. A nil w is left alone.
+func (w *watch) close() {
 	if w == nil {
 		return
 	}
-	if s != nil {
-		s.dropWatch(w)
-	}
+	w.unbind()
 	w.st.drop(w)
 	w.cancel()
 }
@@ -180,35 +138,32 @@ func (w *watch) requestProgress(ctx context.Context) {
 // a silent stream, never. So openWatch waits l.wait at most; if etcd has
 // not answered by then, and nobody heard from the stream within l.wait
 // either, the stream is silent: it moves the client's stream on and
-// returns an error matching errNoAnswer. If s is not nil, the end of the
-// session's life ends the wait for the creation too, with its cause, and
-// the open watch is listed by the session (see Session.endWatches).
-func openWatch(ctx context.Context, s *Session, client *clientv3.Client, l liveness, key string, opts ...clientv3.OpOption) (*watch, error) {
+// returns an error matching errNoAnswer. If life is not nil (a session's),
+// its end ends the watch, and the wait for its creation, too; the error is
+// then life's cause.
+func openWatch(ctx context.Context, life context.Context, client *clientv3.Client, l liveness, key string, opts ...clientv3.OpOption) (*watch, error) {
 	opts = append(opts, clientv3.WithCreatedNotify())
 	for {
 		st, sctx := joinStream(ctx, client)
 		wctx, cancel := context.WithCancel(sctx)
-		unbind := func() bool { return true }
-		if s != nil {
-			unbind = context.AfterFunc(s.life, cancel)
+		w := &watch{cancel: cancel, done: wctx.Done(), unbind: func() bool { return true }}
+		if life != nil {
+			w.unbind = context.AfterFunc(life, cancel)
 		}
-		w := &watch{cancel: cancel, done: wctx.Done()}
 		ch, ok := st.create(w, wctx, l.wait, key, opts...)
-		ended := !unbind()
+		ended := life != nil && life.Err() != nil
 		if ok && !ended {
 			w.ch = ch
-			if s == nil || s.addWatch(w) {
-				st.add(w, key, l)
-				return w, nil
-			}
-			ended = true
+			st.add(w, key, l)
+			return w, nil
 		}
+		w.unbind()
 		cancel()
 		err := ctx.Err()
 		switch {
 		case err != nil:
 		case ended:
-			err = context.Cause(s.life)
+			err = context.Cause(life)
 		case !st.heardWithin(l.wait):
 			// clientv3 creates a stream's watches one at a time: behind
 			// many others, a watch may wait longer than l.wait on a

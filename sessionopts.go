@@ -1,0 +1,96 @@
+package concurrency
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// This file holds the options of NewSession.
+
+type sessionOptions struct {
+	ttl     int
+	badTTL  bool // WithTTL was given a TTL of zero or less, ignored
+	leaseID clientv3.LeaseID
+	ctx     context.Context
+
+	metrics        MetricsRecorder      // WithMetrics
+	tracerProvider trace.TracerProvider // WithTracerProvider
+	owner          *Owner               // WithOwner; nil: no owner record
+	maxHold        time.Duration        // WithMaxHold; 0: a hold lasts as long as its session
+	yield          bool                 // WithYield: holds end when RequestYield asks
+	lockDelay      time.Duration        // WithLockDelay; 0: none
+	health         *healthCheck         // WithHealthCheck; nil: none
+}
+
+// SessionOption configures a Session.
+type SessionOption func(*sessionOptions)
+
+// WithTTL sets the session's TTL in seconds (default 60). The server may
+// grant more. As in etcd's package, a TTL of zero or less is ignored (the
+// TTL set before, or the default, is kept), and NewSession logs a warning
+// through the client's logger.
+func WithTTL(ttl int) SessionOption {
+	return func(o *sessionOptions) {
+		if ttl <= 0 {
+			o.badTTL = true
+			return
+		}
+		o.ttl = ttl
+	}
+}
+
+// WithLease makes the session adopt an existing lease instead of granting a
+// new one, for example to reclaim a lock or leadership after a restart.
+// NewSession renews it once, to learn its TTL; if the lease does not exist,
+// the session has already ended (see NewSession). WithTTL is ignored: the
+// lease keeps its own TTL.
+//
+// Sessions on one lease share their Mutex and Election keys (the name and
+// the lease ID), as in etcd's package: a Lock on one of them adopts the key
+// that another holds, and a Lock that fails deletes a key that no user of
+// its own session holds, so it can end the other session's hold on that
+// name (ErrLockLost, as after a force-unlock). Do not use one lock name
+// from two live sessions on one lease; Semaphore and RWMutex keys are
+// unique to each value and are not shared.
+func WithLease(leaseID clientv3.LeaseID) SessionOption {
+	return func(o *sessionOptions) { o.leaseID = leaseID }
+}
+
+// WithContext sets the context of the session instead of the client's. It
+// bounds NewSession and Close; when it ends, the session ends too (Done is
+// closed), so it is the session's lifetime, not a timeout for NewSession
+// alone. If it ends before Close revokes the lease, the lease is left to
+// expire. A nil context keeps the default.
+func WithContext(ctx context.Context) SessionOption {
+	return func(o *sessionOptions) {
+		if ctx != nil {
+			o.ctx = ctx
+		}
+	}
+}
+
+// WithMaxHold bounds every hold taken on the session (Mutex, Semaphore,
+// RWMutex, Election) to d, even while the process runs and renews its
+// session (Redisson's leaseTime). Once the hold is granted, its key is
+// moved, with the same create revision (so the same fencing token), value
+// and place in the queue, to a lease of its own granted with a TTL of d
+// rounded up to whole seconds and never renewed: etcd removes the key when
+// that lease expires, whatever the holder does. The hold's Ctx is cancelled
+// with cause ErrMaxHold at the send time of the grant plus d, less a tenth
+// of d (a second at most), and its lease is then revoked, which deletes
+// the key. Each hold costs one more LeaseGrant and one more write before
+// Lock returns, and one LeaseRevoke, in the background, when it ends.
+// With WithLockDelay, a Mutex's max hold begins once its lock-delay is
+// over: during the delay its key stays on the session's lease, so that
+// nobody else is granted within the delay.
+//
+// The default, 0, bounds nothing: a hold lasts as long as its session. A d
+// under a second makes NewSession return an error matching
+// ErrInvalidMaxHold. See the package documentation for what it cannot
+// promise.
+func WithMaxHold(d time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.maxHold = d }
+}
