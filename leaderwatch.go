@@ -1,0 +1,173 @@
+package concurrency
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// This file holds the watch of an election's leader that Lead's
+// WithLeaderChanges reports from.
+
+// watchLeaders reports the leader of the election pfx to notify each time
+// it changes. It keeps the candidates' keys, read once and then followed
+// by a watch of the prefix, and works out the leader after each revision's
+// events, so that it reports every leader in turn, even one that lasted a
+// single revision. Only after a failed watch, when it reads the keys
+// again, may it skip a leader.
+//
+// Once fin is cancelled, it catches up with the revision etcd has then and
+// returns: the last report shows what Lead left behind. ctx bounds that,
+// and ends it at once.
+func watchLeaders(ctx, fin context.Context, cli *clientv3.Client, l liveness, pfx string, notify func(LeaderInfo)) {
+	w := &leaderWatch{cli: cli, l: l, pfx: pfx, notify: notify, keys: make(map[string]LeaderInfo)}
+	backoff := leadMinBackoff
+	for ctx.Err() == nil && cli.Ctx().Err() == nil {
+		rev, err := w.read(ctx)
+		if err == nil {
+			backoff = leadMinBackoff
+			if err = w.follow(ctx, fin, rev); err == nil {
+				return // caught up after fin
+			}
+		}
+		switch {
+		case ctx.Err() != nil || cli.Ctx().Err() != nil:
+			return
+		case fin.Err() != nil:
+			w.read(ctx) // the last report, as good as it gets
+			return
+		case errors.Is(err, rpctypes.ErrCompacted):
+			continue // reading again is enough
+		}
+		t := time.NewTimer(jittered(backoff))
+		select {
+		case <-t.C:
+		case <-fin.Done():
+		case <-ctx.Done():
+		}
+		t.Stop()
+		backoff = min(2*backoff, leadMaxBackoff)
+	}
+}
+
+// leaderWatch is the state of watchLeaders, used by its goroutine only.
+type leaderWatch struct {
+	cli    *clientv3.Client
+	l      liveness // of the terms' sessions: see probe
+	pfx    string
+	notify func(LeaderInfo)
+	keys   map[string]LeaderInfo // the candidates, by key
+	last   *LeaderInfo           // the last report, nil before the first
+}
+
+// report tells notify the leader among keys, if it changed.
+func (w *leaderWatch) report() {
+	var li LeaderInfo
+	for _, k := range w.keys {
+		if li.Key == "" || k.Rev < li.Rev {
+			li = k
+		}
+	}
+	if w.last == nil || *w.last != li {
+		w.last = &li
+		w.notify(li)
+	}
+}
+
+// read reads the candidates, reports the leader, and returns the revision
+// read.
+func (w *leaderWatch) read(ctx context.Context) (int64, error) {
+	resp, _, err := ask(ctx, w.cli, w.l.wait, classRead, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return w.cli.Get(ctx, w.pfx, clientv3.WithPrefix())
+	})
+	if err != nil {
+		return 0, err
+	}
+	clear(w.keys)
+	for _, kv := range resp.Kvs {
+		w.keys[string(kv.Key)] = LeaderInfo{Key: string(kv.Key), Value: string(kv.Value), Rev: kv.CreateRevision}
+	}
+	w.report()
+	return resp.Header.Revision, nil
+}
+
+// follow applies the events after revision rev to the candidates and
+// reports the leader after each revision. It returns nil once fin has
+// ended and it has seen the revision etcd had then, and otherwise the error
+// that ended the watch.
+func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
+	wt, err := openWatch(ctx, nil, w.cli, w.l, w.pfx, clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	defer func() { wt.close() }()
+	replayed := false
+	seen, target := rev, int64(0) // target: etcd's revision once fin ended
+	finc := fin.Done()
+	for {
+		select {
+		case <-wt.done:
+			// ctx ended or the stream was found silent (see probe), and
+			// clientv3 may not close the channel yet (see watchUntil).
+			return wt.closed(ctx, nil, w.pfx)
+		case wr, ok := <-wt.ch:
+			if !ok {
+				// ctx ended, the stream was found silent, or clientv3
+				// lost it.
+				return wt.closed(ctx, nil, w.pfx)
+			}
+			wt.st.heard()
+			if err := wr.Err(); err != nil {
+				return err
+			}
+			if !replayed && missed(wr, rev) {
+				// Something was written between the read and the watch
+				// (see missed): etcd has written rev+1 by now, so watch
+				// again from it, to apply every event after the read.
+				wt.close()
+				replayed = true
+				if wt, err = openWatch(ctx, nil, w.cli, w.l, w.pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1)); err != nil {
+					return err
+				}
+				continue
+			}
+			for i, ev := range wr.Events {
+				k := string(ev.Kv.Key)
+				if ev.Type == mvccpb.DELETE {
+					delete(w.keys, k)
+				} else {
+					w.keys[k] = LeaderInfo{Key: k, Value: string(ev.Kv.Value), Rev: ev.Kv.CreateRevision}
+				}
+				// The events of one revision (one transaction) change the
+				// leader at once; etcd never splits them.
+				if i == len(wr.Events)-1 || wr.Events[i+1].Kv.ModRevision != ev.Kv.ModRevision {
+					w.report()
+					seen = ev.Kv.ModRevision
+				}
+			}
+			if wr.IsProgressNotify() {
+				// Every event up to this revision has been sent.
+				seen = max(seen, wr.Header.Revision)
+			}
+		case <-finc:
+			finc = nil
+			resp, _, err := ask(ctx, w.cli, w.l.wait, classRead, func(ctx context.Context) (*clientv3.GetResponse, error) {
+				return w.cli.Get(ctx, w.pfx, clientv3.WithCountOnly())
+			})
+			if err != nil {
+				return err
+			}
+			target = resp.Header.Revision
+			// Without events after seen, only a progress notification
+			// tells that there are none.
+			wt.requestProgress(ctx)
+		}
+		if target > 0 && seen >= target {
+			return nil
+		}
+	}
+}
