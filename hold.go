@@ -44,9 +44,9 @@ type hold struct {
 	ctx    context.Context // cancelled with the cause that ended the hold
 	cancel context.CancelCauseFunc
 
-	// Set by the acquisition before the hold is shared, for metrics and
-	// traces: the kind of lock, and with metrics what records the end
-	// (see finish).
+	// Set by the acquisition before the hold is shared: the kind of lock
+	// (for traces), and with metrics or traces what records the end (see
+	// observe).
 	kind    string
 	obs     *holdObs
 	stopObs func() bool
@@ -284,6 +284,16 @@ func (h *hold) lost() {
 	h.finish(cause)
 }
 
+// observe has obs, if not nil, record the end of the hold: at finish, or,
+// if the session's end cancels the hold's context first, then.
+func (h *hold) observe(obs *holdObs) {
+	if obs == nil {
+		return
+	}
+	h.obs = obs
+	h.stopObs = context.AfterFunc(h.ctx, func() { obs.ended(time.Since(h.since), context.Cause(h.ctx)) })
+}
+
 // finish cancels the hold's context with cause and, with metrics, records
 // the end first, so that whoever sees the context end sees the metrics
 // too. A hold that ends with its session instead is recorded by the
@@ -293,7 +303,7 @@ func (h *hold) finish(cause error) {
 		if h.ctx.Err() != nil {
 			cause = context.Cause(h.ctx) // the session ended first
 		}
-		h.obs.ended(h, cause)
+		h.obs.ended(time.Since(h.since), cause)
 	}
 	h.cancel(cause)
 }
@@ -309,7 +319,7 @@ func (h *hold) finish(cause error) {
 // key goes with the lease) and the error is returned with ended true. The
 // caller serialises calls to release.
 func (h *hold) release(ctx context.Context) (ended bool, err error) {
-	if span := h.s.ins.startRelease(ctx, h); span != nil {
+	if span := h.s.ins.startRelease(ctx, h.kind, h.key, h.rev); span != nil {
 		defer func() { endRelease(span, ended, err, context.Cause(h.ctx)) }()
 	}
 	h.mu.Lock()

@@ -12,7 +12,7 @@ import (
 
 // holder is what Mutex, Semaphore and RWMutex have in common: one value
 // that holds at most one key of a queue at a time, acquired with a rule
-// (queue.go) and held as a hold (hold.go). It excludes the goroutines of
+// (acquire.go) and held as a hold (hold.go). It excludes the goroutines of
 // its process as sync.Mutex does: while one holds or is acquiring, another
 // waits (or TryLock misses) without talking to etcd.
 type holder struct {
@@ -123,7 +123,7 @@ func (h *holder) lock(ctx context.Context, r rule, key, val string, wait bool, v
 	if in, err := h.gate.enter(&h.mu, ctx, wait); err != nil {
 		return err
 	} else if !in {
-		h.s.ins.missed(r)
+		h.s.ins.missed(r.kind, lockName(r.pfx))
 		return ErrLocked
 	}
 	hd, hdr, err := acquire(ctx, h.s, r, key, val, false, wait, func(rev int64) {

@@ -3,7 +3,6 @@ package concurrency
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -11,7 +10,7 @@ import (
 
 // This file is the package's metrics: what it reports (MetricsRecorder),
 // how a session gets a recorder (WithMetrics, WithLeadMetrics), and the
-// hooks that the shared code calls: acquire (queue.go) for acquisitions
+// hooks that the shared code calls: acquire (acquire.go) for acquisitions
 // and waits, hold (hold.go) for the end of a tenure, the keepalive loop
 // (session.go) for renewals. The Prometheus metrics are in the nested
 // module prometheus/, so that importers who do not want them do not build
@@ -198,27 +197,25 @@ func newInstruments(m MetricsRecorder, tp trace.TracerProvider) *instruments {
 	return i
 }
 
-// created reports locks of kinds named by prefix pfx created on session s
-// (MetricsRecorder.LockCreated), unless s or the name is invalid.
-func created(s *Session, pfx string, kinds ...string) {
-	if s == nil || s.ins == nil || s.ins.m == nil || validate(s, pfx) != nil {
-		return
-	}
-	for _, k := range kinds {
-		s.ins.m.LockCreated(k, lockName(pfx))
-	}
-}
-
-// lockName is the name of the lock whose keys are under pfx.
-func lockName(pfx string) string { return strings.TrimSuffix(pfx, "/") }
-
-// missed counts a TryLock that missed without reaching acquire: another
-// goroutine holds or is acquiring the same value.
-func (i *instruments) missed(r rule) {
+// created reports locks of kinds named name created
+// (MetricsRecorder.LockCreated).
+func (i *instruments) created(name string, kinds ...string) {
 	if i == nil || i.m == nil {
 		return
 	}
-	i.m.TryLockMissed(r.kind, lockName(r.pfx))
+	for _, k := range kinds {
+		i.m.LockCreated(k, name)
+	}
+}
+
+// missed counts a TryLock of a lock of kind named name that missed
+// without reaching etcd: another goroutine holds or is acquiring the same
+// value.
+func (i *instruments) missed(kind, name string) {
+	if i == nil || i.m == nil {
+		return
+	}
+	i.m.TryLockMissed(kind, name)
 }
 
 // renewed records a keepalive sent at sent that ended with err.
@@ -252,23 +249,25 @@ type acquisition struct {
 	waiting bool
 }
 
-// startAcquire begins to record an acquisition by rule r of key; the
-// returned context carries its span, if any.
-func (i *instruments) startAcquire(ctx context.Context, r rule, key string, wait bool) (context.Context, *acquisition) {
+// startAcquire begins to record an acquisition of key, of a lock of kind
+// named name, waiting if wait; the returned context carries its span, if
+// any.
+func (i *instruments) startAcquire(ctx context.Context, kind, name, key string, wait bool) (context.Context, *acquisition) {
 	if i == nil {
 		return ctx, nil
 	}
-	a := &acquisition{i: i, kind: r.kind, name: lockName(r.pfx), start: time.Now()}
+	a := &acquisition{i: i, kind: kind, name: name, start: time.Now()}
 	ctx = a.startSpan(ctx, key, wait)
 	return ctx, a
 }
 
-// enqueued records where enqueue left the key.
-func (a *acquisition) enqueued(q queued) {
+// enqueued records the key's place: its create revision (the fencing
+// token) and the keys ahead of it when it was created (-1: unknown).
+func (a *acquisition) enqueued(token, ahead int64) {
 	if a == nil {
 		return
 	}
-	a.spanEnqueued(q)
+	a.spanEnqueued(token, ahead)
 }
 
 // wait records that the acquisition begins to wait.
@@ -283,10 +282,12 @@ func (a *acquisition) wait() {
 	a.spanWait()
 }
 
-// done records the end of the acquisition: h held, or err.
-func (a *acquisition) done(h *hold, err error) {
+// done records the end of the acquisition: a hold of the key with
+// fencing token token, or err. For a hold, it returns what records the
+// hold's end (see holdObs.ended); nil without instruments or on err.
+func (a *acquisition) done(key string, token int64, err error) *holdObs {
 	if a == nil {
-		return
+		return nil
 	}
 	if m := a.i.m; m != nil {
 		if a.waiting {
@@ -304,16 +305,11 @@ func (a *acquisition) done(h *hold, err error) {
 			m.AcquireFailed(a.kind, a.name)
 		}
 	}
-	if h != nil {
-		h.kind = a.kind
+	a.spanDone(token, err)
+	if err != nil {
+		return nil
 	}
-	a.spanDone(h, err)
-	if err == nil {
-		h.obs = &holdObs{m: a.i.m, kind: a.kind, name: a.name, span: a.startHoldSpan(h)}
-		// The session's end cancels the hold's context without a call to
-		// finish: record it then. Nothing runs until then.
-		h.stopObs = context.AfterFunc(h.ctx, func() { h.obs.ended(h, context.Cause(h.ctx)) })
-	}
+	return &holdObs{m: a.i.m, kind: a.kind, name: a.name, span: a.startHoldSpan(key, token)}
 }
 
 // holdObs records the end of a hold, in the metrics and its span.
@@ -324,11 +320,12 @@ type holdObs struct {
 	span trace.Span // nil without a tracer
 }
 
-// ended records that h ended with cause; it is called once per hold.
-func (o *holdObs) ended(h *hold, cause error) {
+// ended records that a hold ended with cause, after lasting held; it is
+// called once per hold.
+func (o *holdObs) ended(held time.Duration, cause error) {
 	label := causeLabel(cause)
 	if o.m != nil {
-		o.m.HoldEnded(o.kind, o.name, label, time.Since(h.since))
+		o.m.HoldEnded(o.kind, o.name, label, held)
 		if o.kind == kindElection {
 			o.m.LeaderEnded(o.name)
 		}

@@ -2,7 +2,6 @@ package concurrency
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -40,32 +39,6 @@ func NewMutex(s *Session, pfx string) *Mutex {
 	}
 	created(s, m.pfx, kindMutex)
 	return m
-}
-
-// prefix turns a lock or election name into the prefix of its keys, as
-// etcd's package does: the name followed by "/", even if it ends in "/".
-func prefix(name string) string { return name + "/" }
-
-// prefixedKey returns prefix(name) and the key that lease id uses under
-// it, in one allocation: the prefix is the start of the key.
-func prefixedKey(name string, id clientv3.LeaseID) (pfx, key string) {
-	key = fmt.Sprintf("%s/%x", name, int64(id))
-	return key[:len(name)+1], key
-}
-
-// leaseKey is the key that session lease id uses under prefix pfx.
-func leaseKey(pfx string, id clientv3.LeaseID) string { return fmt.Sprintf("%s%x", pfx, int64(id)) }
-
-// validate reports a Mutex or Election made with a nil session or an empty
-// name.
-func validate(s *Session, pfx string) error {
-	if s == nil {
-		return ErrNilSession
-	}
-	if pfx == "/" {
-		return ErrInvalidPrefix
-	}
-	return nil
 }
 
 // Lock blocks until the lock is held by this Mutex, ctx ends, or the session

@@ -66,13 +66,13 @@ func (a *acquisition) startSpan(ctx context.Context, key string, wait bool) cont
 	return ctx
 }
 
-func (a *acquisition) spanEnqueued(q queued) {
+func (a *acquisition) spanEnqueued(token, ahead int64) {
 	if a.span == nil {
 		return
 	}
-	a.span.SetAttributes(attrToken.Int64(q.rev))
-	if q.ahead >= 0 {
-		a.span.SetAttributes(attrAhead.Int64(q.ahead))
+	a.span.SetAttributes(attrToken.Int64(token))
+	if ahead >= 0 {
+		a.span.SetAttributes(attrAhead.Int64(ahead))
 	}
 }
 
@@ -82,14 +82,14 @@ func (a *acquisition) spanWait() {
 	}
 }
 
-func (a *acquisition) spanDone(h *hold, err error) {
+func (a *acquisition) spanDone(token int64, err error) {
 	if a.span == nil {
 		return
 	}
 	defer a.span.End()
 	switch {
 	case err == nil:
-		a.span.SetAttributes(attrOutcome.String("acquired"), attrToken.Int64(h.rev))
+		a.span.SetAttributes(attrOutcome.String("acquired"), attrToken.Int64(token))
 	case errors.Is(err, ErrLocked):
 		a.span.SetAttributes(attrOutcome.String("locked"))
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -101,13 +101,14 @@ func (a *acquisition) spanDone(h *hold, err error) {
 	}
 }
 
-// startRelease starts the span of h's release, or returns nil.
-func (i *instruments) startRelease(ctx context.Context, h *hold) trace.Span {
+// startRelease starts the span of the release of a hold of key, of a lock
+// of kind, with fencing token token, or returns nil.
+func (i *instruments) startRelease(ctx context.Context, kind, key string, token int64) trace.Span {
 	if i == nil || i.tracer == nil {
 		return nil
 	}
 	_, span := i.tracer.Start(ctx, "concurrency.release", trace.WithAttributes(
-		attrKind.String(h.kind), attrLock.String(keyLockName(h.kind, h.key)), attrKey.String(h.key), attrToken.Int64(h.rev)))
+		attrKind.String(kind), attrLock.String(keyLockName(kind, key)), attrKey.String(key), attrToken.Int64(token)))
 	return span
 }
 
@@ -122,14 +123,15 @@ func keyLockName(kind, key string) string {
 	return name
 }
 
-// startHoldSpan starts the span of the hold h that the acquisition a
-// acquired, as a child of the caller's span, or returns nil.
-func (a *acquisition) startHoldSpan(h *hold) trace.Span {
+// startHoldSpan starts the span of the hold of key, with fencing token
+// token, that the acquisition a acquired, as a child of the caller's
+// span, or returns nil.
+func (a *acquisition) startHoldSpan(key string, token int64) trace.Span {
 	if a.i.tracer == nil {
 		return nil
 	}
 	_, span := a.i.tracer.Start(a.parent, "concurrency.hold", trace.WithAttributes(
-		attrKind.String(a.kind), attrLock.String(a.name), attrKey.String(h.key), attrToken.Int64(h.rev)))
+		attrKind.String(a.kind), attrLock.String(a.name), attrKey.String(key), attrToken.Int64(token)))
 	return span
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 // This file holds the wait shared by every primitive on the queue (see
-// queue.go). A waiter watches only its predecessor, the newest key older
+// acquire.go). A waiter watches only its predecessor, the newest key older
 // than its own, so that a delete wakes one waiter, not the whole queue: one
 // watch per waiter, as in etcd's package. Its own key's deletion is found
 // by the read that follows each deletion of a predecessor, and the end of
@@ -35,7 +35,7 @@ import (
 // openWatch).
 //
 // After each wake-up the waiter judges its place again with one
-// linearizable read (judge, in queue.go): its own key and the older keys
+// linearizable read (judge, in judge.go): its own key and the older keys
 // that count. The read that decides a grant is never a serializable one:
 // a member that lags could still show the waiter's key after it was
 // deleted at the leader (its lease revoked, a force-unlock), and grant it

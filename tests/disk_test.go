@@ -113,7 +113,7 @@ func loadAvg() string {
 // reads every key of the name, with and without WithKeysOnly. 128 keys
 // stand under the name, with values of 0 and 1024 bytes; the two forms
 // alternate in rounds. The Txns have the shapes of the package's (see
-// queue.go) but are built here, so that one build compares both. It runs
+// enqueue.go and judge.go) but are built here, so that one build compares both. It runs
 // only with LOCKBENCH_DISK=1 and reports, from this process's registry
 // (the three members' apply loops together), the mean apply time of a Txn
 // and the client's mean latency of each form.

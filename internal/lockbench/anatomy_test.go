@@ -69,7 +69,7 @@ func TestAnatomy(t *testing.T) {
 			// Each traced handoff reads at least as its package does after
 			// the event. A few may read once more: a waiter whose watch
 			// began just after the delete reads its predecessor again
-			// (see missed in waitdeletes.go) before it judges, while the
+			// (see missed in wait.go) before it judges, while the
 			// harness saw the delete's event on its client's stream (in a
 			// CI run, 238 reads in 237 handoffs). The mean, which the
 			// report shows, stays within 5 % of the package's count.

@@ -1,0 +1,50 @@
+package concurrency
+
+import (
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// This file holds the layout of a lock name's keys, which every primitive
+// shares: a name's prefix, the key of a session's lease under it, and the
+// check of both.
+
+// prefix turns a lock or election name into the prefix of its keys, as
+// etcd's package does: the name followed by "/", even if it ends in "/".
+func prefix(name string) string { return name + "/" }
+
+// prefixedKey returns prefix(name) and the key that lease id uses under
+// it, in one allocation: the prefix is the start of the key.
+func prefixedKey(name string, id clientv3.LeaseID) (pfx, key string) {
+	key = fmt.Sprintf("%s/%x", name, int64(id))
+	return key[:len(name)+1], key
+}
+
+// leaseKey is the key that session lease id uses under prefix pfx.
+func leaseKey(pfx string, id clientv3.LeaseID) string { return fmt.Sprintf("%s%x", pfx, int64(id)) }
+
+// validate reports a Mutex or Election made with a nil session or an empty
+// name.
+func validate(s *Session, pfx string) error {
+	if s == nil {
+		return ErrNilSession
+	}
+	if pfx == "/" {
+		return ErrInvalidPrefix
+	}
+	return nil
+}
+
+// lockName is the name of the lock whose keys are under pfx.
+func lockName(pfx string) string { return strings.TrimSuffix(pfx, "/") }
+
+// created reports locks of kinds named by prefix pfx made on session s to
+// its metrics (MetricsRecorder.LockCreated), unless s or the name is
+// invalid.
+func created(s *Session, pfx string, kinds ...string) {
+	if validate(s, pfx) == nil {
+		s.ins.created(lockName(pfx), kinds...)
+	}
+}
