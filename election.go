@@ -59,7 +59,7 @@ type Election struct {
 	key string // pfx and the session's lease ID in hex: the key Campaign writes
 	err error  // invalid ResumeElection arguments, returned by every method
 
-	gate gate // entered while a goroutine runs Campaign; guarded by mu
+	gate gate // entered while a goroutine runs Campaign
 
 	// opMu serialises Proclaim and Resign, and is held for their round
 	// trips, so that mu, which the getters take, never is.
@@ -171,14 +171,10 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 	if err := e.validate(); err != nil {
 		return err
 	}
-	if _, err := e.gate.enter(&e.mu, ctx, true); err != nil {
+	if _, err := e.gate.enter(ctx, true); err != nil {
 		return err
 	}
-	defer func() {
-		e.mu.Lock()
-		e.gate.leave()
-		e.mu.Unlock()
-	}()
+	defer e.gate.leave()
 
 	e.mu.Lock()
 	leader := e.leader

@@ -19,13 +19,13 @@ type holder struct {
 	s   *Session
 	pfx string // the lock name followed by "/"
 
-	gate gate // entered while a goroutine holds or is acquiring; guarded by mu
+	gate gate // entered while a goroutine holds or is acquiring
 
 	// relMu serialises releases; it is held for their round trips, so that
 	// mu, which the getters take, never is.
 	relMu sync.Mutex
 
-	mu   sync.Mutex // guards gate, key, rev, held and hold; never held over network I/O
+	mu   sync.Mutex // guards key, rev, held and hold; never held over network I/O
 	key  string     // the key while waiting or held; "" otherwise
 	rev  int64      // create revision of key while waiting or held; 0 otherwise
 	held bool
@@ -37,80 +37,39 @@ func newHolder(s *Session, pfx string) holder {
 }
 
 // gate lets one goroutine at a time in, as a sync.Mutex does, but one
-// that waits can give up when its ctx ends. The zero value is open. It
-// allocates only while a goroutine waits for it, not per value (a
-// channel of one token cost 112 bytes per Mutex), and is guarded by a
-// mutex of its owner's, which its methods are given.
-//
-// It hands itself to those that wait in turn, as the channel did (its
-// senders waited in order): one that let all of them race for it at
-// each leave let in the goroutine that left and came back at once, and a
-// goroutine of the same Mutex waited for ever while another looped on
-// Lock and Unlock (TestReviewWaitGateStarvation).
+// that waits can give up when its ctx ends. It is a channel of one token,
+// made on first use: its senders wait in turn, and a leave hands the token
+// to the first of them, so a goroutine that loops on Lock and Unlock never
+// starves another of the same Mutex (TestReviewWaitGateStarvation). The
+// zero value is open.
 type gate struct {
-	queue *gateWaiter // those that wait, first in first; nil while none waits
-	in    bool        // a goroutine is in
+	once sync.Once
+	ch   chan struct{}
 }
 
-// gateWaiter is a goroutine that waits for a gate.
-type gateWaiter struct {
-	next *gateWaiter
-	in   chan struct{} // closed when the gate is handed to it
-}
-
-// enter lets the goroutine in, waiting while another is in if wait, and
-// otherwise reporting false at once. A wait ends with ctx, with
-// ctx.Err(). mu guards g; the caller does not hold it.
-func (g *gate) enter(mu *sync.Mutex, ctx context.Context, wait bool) (bool, error) {
-	mu.Lock()
-	if !g.in {
-		g.in = true
-		mu.Unlock()
-		return true, nil
-	}
+// enter lets the goroutine in, waiting while another is in if wait (until
+// ctx ends: then it returns ctx.Err()), and otherwise reporting false at
+// once.
+func (g *gate) enter(ctx context.Context, wait bool) (bool, error) {
+	g.once.Do(func() { g.ch = make(chan struct{}, 1) })
 	if !wait {
-		mu.Unlock()
-		return false, nil
-	}
-	me := &gateWaiter{in: make(chan struct{})}
-	at := &g.queue
-	for *at != nil {
-		at = &(*at).next
-	}
-	*at = me
-	mu.Unlock()
-	select {
-	case <-me.in:
-		return true, nil
-	case <-ctx.Done():
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	select {
-	case <-me.in:
-		// Handed in as ctx ended: hand it on.
-		g.leave()
-	default:
-		for at := &g.queue; *at != nil; at = &(*at).next {
-			if *at == me {
-				*at = me.next
-				break
-			}
+		select {
+		case g.ch <- struct{}{}:
+			return true, nil
+		default:
+			return false, nil
 		}
 	}
-	return false, ctx.Err()
+	select {
+	case g.ch <- struct{}{}:
+		return true, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
 }
 
-// leave hands the gate to the first goroutine that waits for it, or
-// opens it. The caller holds the mutex that guards g.
-func (g *gate) leave() {
-	if w := g.queue; w != nil {
-		g.queue = w.next
-		close(w.in)
-		return
-	}
-	g.in = false
-}
+// leave lets the next goroutine in; the caller is in.
+func (g *gate) leave() { <-g.ch }
 
 // lock acquires key, with value val, by rule r, waiting if wait, else
 // giving up with ErrLocked; it first waits for (or with !wait, misses on)
@@ -120,7 +79,7 @@ func (h *holder) lock(ctx context.Context, r rule, key, val string, wait bool, v
 	if valid != nil {
 		return valid
 	}
-	if in, err := h.gate.enter(&h.mu, ctx, wait); err != nil {
+	if in, err := h.gate.enter(ctx, wait); err != nil {
 		return err
 	} else if !in {
 		h.s.ins.missed(r.kind, lockName(r.pfx))
@@ -135,9 +94,7 @@ func (h *holder) lock(ctx context.Context, r rule, key, val string, wait bool, v
 		h.mu.Unlock()
 	})
 	if err != nil {
-		h.mu.Lock()
 		h.gate.leave()
-		h.mu.Unlock()
 		return err
 	}
 	h.mu.Lock()

@@ -2,71 +2,52 @@ package concurrency
 
 import (
 	"context"
-	"errors"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// A goroutine whose ctx ends as it is handed the gate hands it on: the
-// next waiter goes in, and the gate is neither lost nor held by two. Its
-// ctx ends first, then, before it can take the owner's mutex, it is handed
-// the gate.
+// The gate lets one goroutine in at a time, and a goroutine whose ctx ends
+// while it waits, or as it is let in, neither loses the gate nor leaves it
+// held: after many such ends, the gate is open.
 func TestReviewWaitGateHandedAsCtxEnds(t *testing.T) {
-	var mu sync.Mutex
 	var g gate
-	if in, err := g.enter(&mu, context.Background(), false); !in || err != nil {
-		t.Fatalf("enter on an open gate = %v, %v", in, err)
+	var inside, most atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rand.N(50))*time.Microsecond)
+				in, err := g.enter(ctx, true)
+				cancel()
+				if in != (err == nil) {
+					t.Errorf("enter = %v, %v", in, err)
+					return
+				}
+				if !in {
+					continue
+				}
+				n := inside.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				inside.Add(-1)
+				g.leave()
+			}
+		}()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	quitter := make(chan error, 1)
-	go func() {
-		_, err := g.enter(&mu, ctx, true)
-		quitter <- err
-	}()
-	waitQueued(t, &mu, &g, 1)
-	stayer := make(chan error, 1)
-	go func() {
-		_, err := g.enter(&mu, context.Background(), true)
-		stayer <- err
-	}()
-	waitQueued(t, &mu, &g, 2)
-	mu.Lock()
-	cancel()
-	g.leave() // to the quitter, whose ctx has ended
-	mu.Unlock()
-	if err := <-quitter; !errors.Is(err, context.Canceled) {
-		t.Fatalf("enter whose ctx ended = %v, want context.Canceled", err)
+	wg.Wait()
+	if m := most.Load(); m != 1 {
+		t.Fatalf("at most %d goroutines were in at once, want 1", m)
 	}
-	select {
-	case err := <-stayer:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second waiter was not let in within 10 s: the gate was lost")
+	if in, err := g.enter(context.Background(), false); !in || err != nil {
+		t.Fatalf("enter after every goroutine left = %v, %v: the gate is held", in, err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !g.in || g.queue != nil {
-		t.Fatalf("with the second waiter in, the gate is in=%v, queue=%v", g.in, g.queue)
+	if in, _ := g.enter(context.Background(), false); in {
+		t.Fatal("a second enter without wait got in")
 	}
-}
-
-// waitQueued polls until n goroutines wait for g.
-func waitQueued(t *testing.T, mu *sync.Mutex, g *gate, n int) {
-	t.Helper()
-	for range 10000 {
-		mu.Lock()
-		k := 0
-		for w := g.queue; w != nil; w = w.next {
-			k++
-		}
-		mu.Unlock()
-		if k == n {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("%d goroutines never waited for the gate", n)
+	g.leave()
 }

@@ -77,8 +77,7 @@ type stream struct {
 	// watches, which neither gRPC nor clientv3 write to (a map per watch
 	// cost about 550 bytes per waiter).
 	md      metadata.MD
-	mdCtx   context.Context // md alone, over context.Background (see streamContext)
-	heardAt atomic.Int64    // when a watch of the stream last heard from it (UnixNano); 0 if none has
+	heardAt atomic.Int64 // when a watch of the stream last heard from it (UnixNano); 0 if none has
 
 	// Guarded by g.mu:
 	users   int                 // watches open or being opened on the stream; forgotten at 0
@@ -117,33 +116,15 @@ func joinStream(ctx context.Context, client *clientv3.Client) (*stream, context.
 		if !hasOwn {
 			md = metadata.Pairs(rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader, watchStreamKey, strconv.FormatInt(key.n, 10))
 		}
-		st = &stream{g: g, key: key, md: md, mdCtx: metadata.NewOutgoingContext(context.Background(), md)}
+		st = &stream{g: g, key: key, md: md}
 		if g.streams == nil {
 			g.streams = make(map[streamKey]*stream)
 		}
 		g.streams[key] = st
 	}
 	st.users++
-	return st, streamContext{Context: ctx, md: st.mdCtx}
-}
-
-// streamContext is ctx with the outgoing metadata of a stream of the
-// package: Value answers from md, a context of that metadata alone, then
-// from ctx; the rest is ctx's, so that a context derived from it is ctx's
-// child as any other. It costs one small value per watch, where
-// metadata.NewOutgoingContext costs a context and a wrapper of the
-// metadata (80 bytes per waiter). The metadata replaces any of ctx's,
-// which a stream's own includes (see joinStream).
-type streamContext struct {
-	context.Context
-	md context.Context
-}
-
-func (c streamContext) Value(key any) any {
-	if v := c.md.Value(key); v != nil {
-		return v
-	}
-	return c.Context.Value(key)
+	// The stream's metadata replaces any of ctx's, which it includes.
+	return st, metadata.NewOutgoingContext(ctx, st.md)
 }
 
 // leaveLocked undoes joinStream for a watch that was not opened, or has been
