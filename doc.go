@@ -367,7 +367,8 @@
 //	func follow(ch <-chan *clientv3.GetResponse) // this package, etcd 3.7
 //
 // (and writes *resp where it needs a clientv3.GetResponse value). The
-// README lists every API difference, which CI checks against each line.
+// repository's docs/compatibility.md lists every API difference, which CI
+// checks against each line.
 //
 // An Election's other fixes are listed on its type. Like etcd's, an
 // orphaned session (Orphan) stays usable while someone else keeps its

@@ -10,7 +10,7 @@
 # user finds it. It fails on every incompatible change (etcd exports a
 # name this module lacks, or with another type) that .ci/apidiff.allowed
 # does not list for that line, on an allowed entry that no longer shows on
-# a line it names, and on a README whose "Differences from etcd's package"
+# a line it names, and on a docs/compatibility.md whose "Differences from etcd's package"
 # table does not list exactly the allowed entries. Names this module adds
 # are compatible changes and are not reported.
 #
@@ -55,7 +55,7 @@ fi
 
 # The releases: the floor and the newest patch of each line, no
 # pre-releases. A stable release of a newer line fails the job: the
-# supported lines (here, the README, compat/) must be extended first.
+# supported lines (here, docs/compatibility.md, compat/) must be extended first.
 all=$(cd "$work" && go list -m -versions "$etcd" | tr ' ' '\n' | grep -E '^v3\.[0-9]+\.[0-9]+$')
 if [ -n "${APIDIFF_VERSIONS:-}" ]; then
 	versions=$APIDIFF_VERSIONS
@@ -141,9 +141,9 @@ done
 
 # Every allowed entry has a reason, shows on every line it names that was
 # checked (a line is checked when one of its releases was), on no other,
-# and is listed in the README's table.
+# and is listed in docs/compatibility.md's table.
 checked=" $(for v in $versions; do l=${v#v}; echo "${l%.*}"; done | sort -u | tr '\n' ' ')"
-readme=$(awk '/^## Differences from etcd.s package/ { on = 1; next } /^## / { on = 0 } on' "$lib/README.md" |
+documented=$(awk '/^## Differences from etcd.s package/ { on = 1; next } /^## / { on = 0 } on' "$lib/docs/compatibility.md" |
 	sed -n 's/^| *\(concurrency\|recipes\) *| *`\([^`]*\)` *| *\([^|]*[^ |]\) *|.*/\1 | \3 | \2/p' | sort)
 want=
 while IFS= read -r entry; do
@@ -164,9 +164,9 @@ while IFS= read -r entry; do
 	done
 	want="$want$name | $lines | ${change%%:*}"$'\n'
 done <"$allowed"
-if ! diff <(sort <<<"${want%$'\n'}") <(echo "$readme") >"$work/readme.diff"; then
-	echo "apidiff: README's table (>) and .ci/apidiff.allowed (<) differ:"
-	cat "$work/readme.diff"
+if ! diff <(sort <<<"${want%$'\n'}") <(echo "$documented") >"$work/documented.diff"; then
+	echo "apidiff: docs/compatibility.md's table (>) and .ci/apidiff.allowed (<) differ:"
+	cat "$work/documented.diff"
 	status=1
 fi
 [ "$status" = 0 ] && echo "apidiff: only the allowed differences, on $(wc -w <<<"$versions") releases: $(echo $versions)"

@@ -44,7 +44,7 @@ trap cleanup EXIT
 # be higher and why:
 #  - etcd v3.5.0 to v3.5.9: the library's floor is etcd v3.5.10 (gRPC
 #    1.58.3), the oldest 3.5 release whose graph holds no pre-split genproto
-#    (README, Compatibility): such a service is raised to it, on its line,
+#    (docs/compatibility.md): such a service is raised to it, on its line,
 #    and its direct requirement on genproto, now at the post-split version
 #    etcd v3.5.10 requires, brings that version's requirements into its
 #    graph (cloud.google.com/go/..., 90 modules, none of whose code is
@@ -251,7 +251,7 @@ compare() {
 	if ! diff "$ref/before.pinned" "$d/after.pinned" >/dev/null; then
 		diff "$ref/before.pinned" "$d/after.pinned" | grep '^[<>]' | sed 's/^/    /' || true
 		# A service below the library's floor moves up to the floor, no
-		# further, and stays on its etcd line (README, Compatibility).
+		# further, and stays on its etcd line (docs/compatibility.md).
 		if comm -13 "$ref/before.pinned" "$d/after.pinned" | grep -vxFf "$floor" >/dev/null ||
 			[ "$(sed -n 's#^go.etcd.io/etcd/client/v3 \(v3\.[0-9]*\).*#\1#p' "$ref/before.pinned")" != \
 			"$(sed -n 's#^go.etcd.io/etcd/client/v3 \(v3\.[0-9]*\).*#\1#p' "$d/after.pinned")" ]; then

@@ -12,8 +12,8 @@
 # downloads it once): what a service gets from its own toolchain is the
 # service's, not this module's. A vulnerability that govulncheck finds
 # reachable fails the run unless .ci/govulncheck.allowed lists it for that
-# target (the README's "Known vulnerabilities at the floor" says why);
-# so does an allowed one that is no longer found, so that the README stays
+# target (docs/compatibility.md's "Known vulnerabilities at the floor" says
+# why); so does an allowed one that is no longer found, so that it stays
 # true. Pinned database and toolchain make the verdict depend on this
 # checkout only; raising VULNDB_VERSION is how CI learns of new reports.
 #
@@ -98,7 +98,7 @@ scan() {
 	done
 	for id in $want; do
 		if ! grep -qx "$id" <<<"$found"; then
-			echo "$name: $id is allowed but no longer found: remove it from .ci/govulncheck.allowed and the README"
+			echo "$name: $id is allowed but no longer found: remove it from .ci/govulncheck.allowed and docs/compatibility.md"
 			bad=1
 		fi
 	done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# observe.sh checks what doc.go and the README say about Election.Observe
+# observe.sh checks what doc.go and docs/compatibility.md say about Election.Observe
 # for services on etcd 3.5 and 3.6, whose Observe returns
 # <-chan clientv3.GetResponse where this package's (and etcd 3.7's) returns
 # <-chan *clientv3.GetResponse. For etcd's client at the floor and the

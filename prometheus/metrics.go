@@ -45,7 +45,7 @@ var (
 // elections and Leads given it (concurrency.WithMetrics,
 // concurrency.WithLeadMetrics): it implements concurrency.MetricsRecorder.
 // One Metrics may serve any number of sessions, from any goroutine. The
-// library's README lists every metric with queries to graph it. A nil
+// repository's docs/operators.md lists every metric with queries to graph it. A nil
 // *Metrics records nothing.
 //
 // The lock metrics have the label kind (mutex, election, semaphore,
