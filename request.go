@@ -279,11 +279,6 @@ func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c
 	}
 }
 
-// ask is ask on the session's client, with its liveness wait.
-func sessionAsk[T any](ctx context.Context, s *Session, c int, op func(ctx context.Context) (T, error)) (T, int, error) {
-	return ask(ctx, s.client, s.live().wait, c, op)
-}
-
 // rpcErr is err, of a request sent with etcd's gRPC API on ctx rather
 // than through clientv3, as clientv3 returns it: etcd's own errors as
 // rpctypes' values, and ctx's error when ctx ended.

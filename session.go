@@ -361,6 +361,11 @@ func (s *Session) renew() error {
 // connection (see liveness).
 func (s *Session) live() liveness { return livenessFor(s.ttl) }
 
+// sessionAsk is ask on the session's client, with its liveness wait.
+func sessionAsk[T any](ctx context.Context, s *Session, c int, op func(ctx context.Context) (T, error)) (T, int, error) {
+	return ask(ctx, s.client, s.live().wait, c, op)
+}
+
 // get is a linearizable read of key, asked as ask does.
 func (s *Session) get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	resp, _, err := sessionAsk(ctx, s, classRead, func(ctx context.Context) (*clientv3.GetResponse, error) {
