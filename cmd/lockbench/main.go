@@ -104,6 +104,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -413,6 +414,13 @@ func runChildQueue(ctx context.Context, cfg config, w io.Writer) error {
 	if !ok || !found || err != nil || waiters < 1 || len(cfg.endpoints) == 0 || cfg.prefix == "" {
 		return fmt.Errorf("-child-queue %q: want PKG:N with -endpoints and -prefix", cfg.childQueue)
 	}
+	// LOCKBENCH_HEAPPROFILE=path writes the heap profile of the queued
+	// waiters to path.PKG, every allocation sampled.
+	var profile string
+	if p := os.Getenv("LOCKBENCH_HEAPPROFILE"); p != "" {
+		runtime.MemProfileRate = 1
+		profile = p + "." + impl.Name
+	}
 	// The holder has a client of its own, not counted: the counts are the
 	// waiters'.
 	holder, closeHolder, err := newClients(cfg.endpoints, 1)
@@ -426,7 +434,7 @@ func runChildQueue(ctx context.Context, cfg config, w io.Writer) error {
 		return err
 	}
 	defer closeClients()
-	r, err := lockbench.Queue(ctx, lockbench.Env{Clients: cs, Counter: &counter}, holder[0], impl, cfg.prefix, waiters, cfg.queueTimeout)
+	r, err := lockbench.Queue(ctx, lockbench.Env{Clients: cs, Counter: &counter, HeapProfile: profile}, holder[0], impl, cfg.prefix, waiters, cfg.queueTimeout)
 	if err != nil {
 		return err
 	}

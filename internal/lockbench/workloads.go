@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +38,10 @@ type Env struct {
 	// WatchStreams, if not nil, counts the gRPC watch streams the
 	// cluster's members serve (Idle reads it).
 	WatchStreams WatcherCount
+	// HeapProfile, if not "", is a file that Queue writes the heap
+	// profile to with every waiter queued, at the point where it reads
+	// the heap per waiter (for `go tool pprof -diff_base`).
+	HeapProfile string
 }
 
 func (e Env) client(i int) *clientv3.Client { return e.Clients[i%len(e.Clients)] }
@@ -410,6 +416,9 @@ func Queue(ctx context.Context, env Env, holder *clientv3.Client, impl Impl, pfx
 		err = settle(ctx, env.Counter, 300*time.Millisecond)
 	}
 	heap2, g2 := liveHeap()
+	if env.HeapProfile != "" {
+		err = errors.Join(err, writeHeapProfile(env.HeapProfile))
+	}
 
 	c0 := env.Counter.Snapshot()
 	t0 := time.Now()
@@ -429,6 +438,16 @@ func Queue(ctx context.Context, env Env, holder *clientv3.Client, impl Impl, pfx
 	r.HeapPerSession, r.HeapPerWaiter = float64(heap1-heap0)/n, float64(heap2-heap1)/n
 	r.GoroutinesPerSession, r.GoroutinesPerWaiter = float64(g1-g0)/n, float64(g2-g1)/n
 	return r, nil
+}
+
+// writeHeapProfile writes the heap profile of the last collection to the
+// file at path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(pprof.Lookup("heap").WriteTo(f, 0), f.Close())
 }
 
 // liveHeap returns the live heap bytes, after a full collection, and the
