@@ -61,9 +61,9 @@ type Session struct {
 
 	mu        sync.Mutex // guards deadline, keys, closing and sweeperOn
 	deadline  time.Time
-	closing   bool                 // Close has begun: no goroutine starts in the background
-	sweeperOn bool                 // the cleanup goroutine runs
-	keys      map[string]*keyState // lock keys this session uses or must clean up
+	closing   bool   // Close has begun: no goroutine starts in the background
+	sweeperOn bool   // the cleanup goroutine runs
+	keys      keySet // lock keys this session uses or must clean up
 
 	ins *instruments // metrics and tracer; nil without (see metrics.go)
 }
