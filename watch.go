@@ -39,9 +39,10 @@ func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key st
 // order, returns true or an error. It returns nil when fn returned true,
 // fn's error, or the error that ended the watch (compaction, no leader,
 // lost connection, ctx). If life is not nil (the watch is a session's
-// wait's), its end ends the watch too, with its cause. The watch requires a leader: on a member without
-// one it ends with an error instead of waiting for events that never
-// come. A watch that starts resets b, the backoff between failed watches.
+// wait's), its end ends the watch too, with its cause. The watch requires
+// a leader: on a member without one it ends with an error instead of
+// waiting for events that never come. A watch that starts resets b, the
+// backoff between failed watches.
 //
 // No part of it trusts a silent stream (see openWatch and probe): if etcd
 // does not create the watch in time, or the stream stops answering, it
