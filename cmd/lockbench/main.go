@@ -104,6 +104,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -181,6 +182,8 @@ type config struct {
 	capImpls     []string
 	capWindow    time.Duration
 	capBound     time.Duration
+	// Profiles of this process over the whole run, if named.
+	cpuProfile, memProfile string
 }
 
 // groups are the workload groups that -only selects from, in run order.
@@ -217,6 +220,10 @@ func main() {
 	})
 	defer watchdog.Stop()
 
+	stopProfiles, err := startProfiles(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
 	switch {
 	case cfg.childQueue != "":
 		err = runChildQueue(ctx, cfg, os.Stdout)
@@ -230,6 +237,9 @@ func main() {
 		err = runCapacity(ctx, cfg, os.Stdout)
 	default:
 		err = run(ctx, cfg, os.Stdout)
+	}
+	if perr := stopProfiles(); perr != nil {
+		log.Print(perr)
 	}
 	if err != nil {
 		log.Print(err)
@@ -289,6 +299,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&capImpls, "cap-impls", "ours,etcd", "-capacity: packages")
 	fs.DurationVar(&cfg.capWindow, "cap-window", 30*time.Second, "-capacity: idle window of each row, over which requests and server CPU are counted")
 	fs.DurationVar(&cfg.capBound, "cap-bound", 10*time.Minute, "-capacity: bound of each row's setup and of its drain")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of this process over the run to this file (with -il-procs, of the clients alone)")
+	fs.StringVar(&cfg.memProfile, "memprofile", "", "write an allocation profile of this process at the end of the run to this file")
 	fs.IntVar(&cfg.semSessions, "sem-sessions", 32, "sessions of the semaphore workload, each with one Semaphore cycling Acquire and Release (0: skip it)")
 	fs.IntVar(&cfg.semLimit, "sem-limit", 4, "permits of the semaphore workloads")
 	fs.StringVar(&semWaiters, "sem-waiters", "2,1000", "queue lengths of the semaphore queue workload, behind -sem-limit held permits")
@@ -422,6 +434,36 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("need -rounds >= 1, -clients >= 2, -max-ops >= 1, -lost-ttl >= 1, -lost-trials >= 1")
 	}
 	return cfg, nil
+}
+
+// startProfiles starts the CPU profile of cfg, if any, and returns a
+// function that stops it and writes the allocation profile, if any.
+func startProfiles(cfg config) (stop func() error, err error) {
+	var cpu *os.File
+	if cfg.cpuProfile != "" {
+		if cpu, err = os.Create(cfg.cpuProfile); err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(cpu); err != nil {
+			cpu.Close()
+			return nil, err
+		}
+	}
+	return func() error {
+		var errs []error
+		if cpu != nil {
+			pprof.StopCPUProfile()
+			errs = append(errs, cpu.Close())
+		}
+		if cfg.memProfile != "" {
+			f, err := os.Create(cfg.memProfile)
+			if err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+			errs = append(errs, pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
+		}
+		return errors.Join(errs...)
+	}, nil
 }
 
 // intList parses a comma-separated list of integers of at least least.
