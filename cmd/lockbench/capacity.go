@@ -38,9 +38,9 @@ func runCapacity(ctx context.Context, cfg config, w io.Writer) error {
 	fmt.Fprintf(w, "# lockbench -capacity: what N idle sessions, holds and waiters cost\n\n")
 	fmt.Fprintf(w, "- machine: %s\n- cluster: a fresh cluster of %d etcd server processes per row (%s, etcd's default flags, fsync on, data in the system's temporary directory); this process runs only the clients: %d of them, sessions round robin, holders' sessions first\n", machine(), cfg.members, etcdproc.ServerPackage, cfg.clients)
 	fmt.Fprintf(w, "- session TTL %d s; idle window %v per row; setup and drain bounded by %v each\n- load average at the start: %s\n\n", lockbench.SessionTTL, cfg.capWindow, cfg.capBound, load0)
-	fmt.Fprintf(w, "Client: this process's live heap (after a full GC) and goroutines above the baseline taken with the clients connected, before the first session. Server: the members' `%s` and `%s` above the fresh cluster's, summed over the members, and the largest member's; CPU over the idle window, summed over the members (`%s`), and this process's (the clients'), as a share of one core. Watchers and watch streams: `%s` and `%s` summed over the members. Requests per minute: what the clients sent over the idle window, by method (keepalives are the messages on the keepalive stream; progress requests are watch requests), scaled to a minute.\n\n",
+	fmt.Fprintf(w, "Client: this process's live heap (after a full GC), goroutine stacks (`runtime.MemStats.StackInuse`) and goroutines above the baseline taken with the clients connected, before the first session. Server: the members' `%s` and `%s` above the fresh cluster's, summed over the members, and the largest member's; CPU over the idle window, summed over the members (`%s`), and this process's (the clients'), as a share of one core. Watchers and watch streams: `%s` and `%s` summed over the members. Requests per minute: what the clients sent over the idle window, by method (keepalives are the messages on the keepalive stream; progress requests are watch requests), scaled to a minute.\n\n",
 		lockbench.MetricRSS, lockbench.MetricHeap, lockbench.MetricCPU, lockbench.WatcherMetric, lockbench.WatchStreamMetric)
-	t := newTable("scenario", "N", "pkg", "sessions", "setup", "client heap", "goroutines", "watchers", "streams", "server RSS Σ / max", "server heap Σ", "server CPU", "client CPU", "keepalive/min", "progress/min", "other/min", "first handoff", "drain", "gap early / late")
+	t := newTable("scenario", "N", "pkg", "sessions", "setup", "client heap", "stacks", "goroutines", "watchers", "streams", "server RSS Σ / max", "server heap Σ", "server CPU", "client CPU", "keepalive/min", "progress/min", "other/min", "first handoff", "drain", "gap early / late")
 	t.write(w) // the header now, each row as it comes
 	t.rows = nil
 	var impls []lockbench.Impl
@@ -116,7 +116,7 @@ func capRow(w io.Writer, r lockbench.CapResult) {
 	}
 	t := newTable()
 	t.add(r.Scenario, fmt.Sprint(r.N), r.Impl, fmt.Sprint(r.Sessions), dur(r.Setup),
-		mb(float64(r.HeapBytes)), fmt.Sprint(r.Goroutines),
+		mb(float64(r.HeapBytes)), mb(float64(r.StackBytes)), fmt.Sprint(r.Goroutines),
 		fmt.Sprintf("%.0f", lockbench.MemberSum(r.Loaded, lockbench.WatcherMetric)-lockbench.MemberSum(r.Base, lockbench.WatcherMetric)),
 		fmt.Sprintf("%.0f", lockbench.MemberSum(r.Loaded, lockbench.WatchStreamMetric)-lockbench.MemberSum(r.Base, lockbench.WatchStreamMetric)),
 		mb(lockbench.MemberSum(r.Loaded, lockbench.MetricRSS)-lockbench.MemberSum(r.Base, lockbench.MetricRSS))+" / "+mb(lockbench.MemberMax(r.Base, r.Loaded, lockbench.MetricRSS)),

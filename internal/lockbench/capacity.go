@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -62,6 +63,9 @@ type CapResult struct {
 	// sessions opened, with everything in place.
 	HeapBytes  int64
 	Goroutines int
+	// StackBytes is the goroutine stacks' memory above the baseline
+	// (runtime.MemStats.StackInuse), which the heap leaves out.
+	StackBytes int64
 	// Base and Loaded are the members' /metrics before the sessions
 	// opened and with everything in place; End is read after Window, and
 	// End − Loaded is the window's (CPU).
@@ -170,6 +174,7 @@ func Capacity(ctx context.Context, env Env, traffic *Traffic, members []Member, 
 		return r, err
 	}
 	heap0, g0 := liveHeap()
+	stack0 := stackInuse()
 	if r.Base, err = scrapeMembers(ctx, members); err != nil {
 		return r, err
 	}
@@ -303,7 +308,7 @@ func Capacity(ctx context.Context, env Env, traffic *Traffic, members []Member, 
 		return r, err
 	}
 	heap1, g1 := liveHeap()
-	r.HeapBytes, r.Goroutines = heap1-heap0, g1-g0
+	r.HeapBytes, r.Goroutines, r.StackBytes = heap1-heap0, g1-g0, stackInuse()-stack0
 	if r.Loaded, err = scrapeMembers(ctx, members); err != nil {
 		return r, err
 	}
@@ -354,6 +359,13 @@ func Capacity(ctx context.Context, env Env, traffic *Traffic, members []Member, 
 	r.FirstHandoff, r.Drain = got[0].Sub(d0), last.Sub(d0)
 	r.EarlyGap, r.LateGap = gaps(got)
 	return r, nil
+}
+
+// stackInuse returns the bytes of this process's goroutine stacks.
+func stackInuse() int64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.StackInuse)
 }
 
 // gaps returns the mean time between consecutive times of sorted over its
