@@ -13,7 +13,7 @@ import (
 
 // startCluster starts an embedded cluster of members and n clients of it,
 // each configured by opts, all closed when the test ends.
-func startCluster(ctx context.Context, t *testing.T, members, n int, opts ...func(*clientv3.Config)) (*embedetcd.Cluster, []*clientv3.Client) {
+func startCluster(ctx context.Context, t testing.TB, members, n int, opts ...func(*clientv3.Config)) (*embedetcd.Cluster, []*clientv3.Client) {
 	t.Helper()
 	clus, err := embedetcd.Start(ctx, members)
 	if err != nil {
