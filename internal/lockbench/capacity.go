@@ -296,12 +296,18 @@ func Capacity(ctx context.Context, env Env, traffic *Traffic, members []Member, 
 	if scenario == CapSessions {
 		want = 0
 	}
+	var most int64 // the most keys seen in place, and when
+	var mostAt time.Duration
 	err = poll(sctx, 20*time.Millisecond, func() (bool, error) {
 		k, err := countKeys(sctx, env.client(0), pfx)
+		if k > most {
+			most, mostAt = k, time.Since(t0)
+		}
 		return k == want, err
 	})
 	if err != nil {
-		return r, fmt.Errorf("%s: %s of %d: setup: %w", impl.Name, scenario, n, err)
+		return r, fmt.Errorf("%s: %s of %d: setup: at most %d of %d keys in place, %v after the start (%v in all): %w",
+			impl.Name, scenario, n, most, want, mostAt.Round(time.Second), time.Since(t0).Round(time.Second), err)
 	}
 	r.Setup = time.Since(t0)
 	if err := settleTraffic(ctx, traffic, 500*time.Millisecond); err != nil {
