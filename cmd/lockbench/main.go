@@ -105,6 +105,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,6 +170,21 @@ type config struct {
 	diskAnatomy      bool
 	diskInProcess    bool
 	diskPause        time.Duration
+	// The interleaved comparison (-interleave, issue 42): see interleave.go.
+	interleave bool
+	ilPairs    int
+	ilWindow   time.Duration
+	ilMany     []int
+	ilProcs    bool
+	// The capacity run (-capacity, issue 42): see capacity.go.
+	capacity     bool
+	capN         []int
+	capScenarios []string
+	capImpls     []string
+	capWindow    time.Duration
+	capBound     time.Duration
+	// Profiles of this process over the whole run, if named.
+	cpuProfile, memProfile string
 }
 
 // groups are the workload groups that -only selects from, in run order.
@@ -205,6 +221,10 @@ func main() {
 	})
 	defer watchdog.Stop()
 
+	stopProfiles, err := startProfiles(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
 	switch {
 	case cfg.childQueue != "":
 		err = runChildQueue(ctx, cfg, os.Stdout)
@@ -212,8 +232,15 @@ func main() {
 		err = runChildAnatomy(ctx, cfg, os.Stdout)
 	case cfg.disk:
 		err = runDisk(ctx, cfg, os.Stdout)
+	case cfg.interleave:
+		err = runInterleave(ctx, cfg, os.Stdout)
+	case cfg.capacity:
+		err = runCapacity(ctx, cfg, os.Stdout)
 	default:
 		err = run(ctx, cfg, os.Stdout)
+	}
+	if perr := stopProfiles(); perr != nil {
+		log.Print(perr)
 	}
 	if err != nil {
 		log.Print(err)
@@ -226,7 +253,7 @@ func main() {
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
 	var cfg config
-	var endpoints, sessions, waiters, semWaiters, rwReads, only, idleTTLs, anatomySessions, diskSessions string
+	var endpoints, sessions, waiters, semWaiters, rwReads, only, idleTTLs, anatomySessions, diskSessions, ilMany, capN, capScenarios, capImpls string
 	fs.StringVar(&endpoints, "endpoints", "", "comma-separated client URLs of a running etcd cluster (default: start an embedded cluster on loopback)")
 	fs.IntVar(&cfg.members, "members", 3, "members of the embedded cluster")
 	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured window of each timed workload, per package")
@@ -262,6 +289,19 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.diskAnatomy, "disk-anatomy", true, "-disk: also cut the handoffs of one more window per package and session count into segments")
 	fs.DurationVar(&cfg.diskPause, "disk-pause", 0, "-disk: in the anatomy, each session waits this long after its Unlock before it locks again, so that the next waiter's read does not meet the releaser's new enqueue")
 	fs.BoolVar(&cfg.diskInProcess, "disk-inprocess", false, "-disk: the 3 members embedded in this process (as etcd's integration framework runs them), with data under -disk-dir and fsync on, instead of server processes")
+	fs.BoolVar(&cfg.interleave, "interleave", false, "run the interleaved comparison instead of the workloads above: uncontended Lock+Unlock and many independent locks, the packages in alternating windows (ABBA) on the same sessions, with a 95% interval for each ratio (issue 42)")
+	fs.IntVar(&cfg.ilPairs, "il-pairs", 10, "-interleave: pairs of windows per row (one window of each package per pair)")
+	fs.DurationVar(&cfg.ilWindow, "il-window", 3*time.Second, "-interleave: length of each window")
+	fs.StringVar(&ilMany, "il-many", "64,512", "-interleave: session counts of the many-locks rows, each session on a lock of its own")
+	fs.BoolVar(&cfg.ilProcs, "il-procs", false, "-interleave: run the members as etcd server processes (see -etcd-binary), so that this process's CPU and allocations are the clients' alone and the servers' CPU is read from /proc")
+	fs.BoolVar(&cfg.capacity, "capacity", false, "run the capacity scenarios instead of the workloads above: N idle sessions, holds and waiters on a fresh cluster of etcd server processes each, their cost to the client and the servers, and the drain of the queues (issue 42)")
+	fs.StringVar(&capN, "cap-n", "1000,10000", "-capacity: the Ns")
+	fs.StringVar(&capScenarios, "cap-scenarios", "all", "-capacity: comma-separated scenarios by number: 1 "+strings.Join(lockbench.CapScenarios, ", 2 ")+" (the numbers in order; all: every one)")
+	fs.StringVar(&capImpls, "cap-impls", "ours,etcd", "-capacity: packages")
+	fs.DurationVar(&cfg.capWindow, "cap-window", 30*time.Second, "-capacity: idle window of each row, over which requests and server CPU are counted")
+	fs.DurationVar(&cfg.capBound, "cap-bound", 10*time.Minute, "-capacity: bound of each row's setup and of its drain")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of this process over the run to this file (with -il-procs, of the clients alone)")
+	fs.StringVar(&cfg.memProfile, "memprofile", "", "write an allocation profile of this process at the end of the run to this file")
 	fs.IntVar(&cfg.semSessions, "sem-sessions", 32, "sessions of the semaphore workload, each with one Semaphore cycling Acquire and Release (0: skip it)")
 	fs.IntVar(&cfg.semLimit, "sem-limit", 4, "permits of the semaphore workloads")
 	fs.StringVar(&semWaiters, "sem-waiters", "2,1000", "queue lengths of the semaphore queue workload, behind -sem-limit held permits")
@@ -292,6 +332,8 @@ func parseFlags(args []string) (config, error) {
 			"idle-holds": "4", "idle-clients": "4", "idle-ttls": "3", "idle-window": "3s",
 			"anatomy-sessions": "2,8",
 			"disk-sessions":    "2,8", "disk-acquisitions": "40", "disk-put": "200ms", "disk-bound": "1m",
+			"il-pairs": "2", "il-window": "200ms", "il-many": "4",
+			"cap-n": "20", "cap-window": "1s", "cap-bound": "1m",
 		}
 		for name, v := range quick {
 			if !set[name] {
@@ -316,6 +358,32 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.diskSessions, err = intList(diskSessions, 2); err != nil {
 		return cfg, fmt.Errorf("-disk-sessions: %w", err)
+	}
+	if cfg.ilMany, err = intList(ilMany, 2); err != nil {
+		return cfg, fmt.Errorf("-il-many: %w", err)
+	}
+	if cfg.capN, err = intList(capN, 1); err != nil {
+		return cfg, fmt.Errorf("-cap-n: %w", err)
+	}
+	cfg.capScenarios = lockbench.CapScenarios
+	if capScenarios != "all" {
+		nums, err := intList(capScenarios, 1)
+		if err != nil {
+			return cfg, fmt.Errorf("-cap-scenarios: %w", err)
+		}
+		cfg.capScenarios = nil
+		for _, i := range nums {
+			if i > len(lockbench.CapScenarios) {
+				return cfg, fmt.Errorf("-cap-scenarios: %d: there are %d", i, len(lockbench.CapScenarios))
+			}
+			cfg.capScenarios = append(cfg.capScenarios, lockbench.CapScenarios[i-1])
+		}
+	}
+	for _, name := range strings.Split(capImpls, ",") {
+		if _, ok := lockbench.Named(strings.TrimSpace(name)); !ok {
+			return cfg, fmt.Errorf("-cap-impls: unknown package %q (ours, etcd)", name)
+		}
+		cfg.capImpls = append(cfg.capImpls, strings.TrimSpace(name))
 	}
 	if cfg.anatomySessions, err = intList(anatomySessions, 2); err != nil {
 		return cfg, fmt.Errorf("-anatomy-sessions: %w", err)
@@ -357,12 +425,46 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-disk starts its own cluster: no -endpoints or -peer-delay")
 	case cfg.diskAcquisitions < 2 || cfg.diskRounds < 1 || cfg.diskPut <= 0 || cfg.diskBound <= 0 || cfg.diskPause < 0:
 		return cfg, errors.New("need -disk-acquisitions >= 2, -disk-rounds >= 1, positive -disk-put and -disk-bound, -disk-pause >= 0")
+	case cfg.ilPairs < 1 || cfg.ilWindow <= 0:
+		return cfg, errors.New("need -il-pairs >= 1 and a positive -il-window")
+	case cfg.ilProcs && len(cfg.endpoints) > 0:
+		return cfg, errors.New("-il-procs starts its own cluster: no -endpoints")
 	case cfg.metricsSessions < 2:
 		return cfg, errors.New("-metrics-sessions must be at least 2")
 	case cfg.rounds < 1 || cfg.clients < 2 || cfg.maxOps < 1 || cfg.lostTTL < 1 || cfg.lostTrials < 1:
 		return cfg, errors.New("need -rounds >= 1, -clients >= 2, -max-ops >= 1, -lost-ttl >= 1, -lost-trials >= 1")
 	}
 	return cfg, nil
+}
+
+// startProfiles starts the CPU profile of cfg, if any, and returns a
+// function that stops it and writes the allocation profile, if any.
+func startProfiles(cfg config) (stop func() error, err error) {
+	var cpu *os.File
+	if cfg.cpuProfile != "" {
+		if cpu, err = os.Create(cfg.cpuProfile); err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(cpu); err != nil {
+			cpu.Close()
+			return nil, err
+		}
+	}
+	return func() error {
+		var errs []error
+		if cpu != nil {
+			pprof.StopCPUProfile()
+			errs = append(errs, cpu.Close())
+		}
+		if cfg.memProfile != "" {
+			f, err := os.Create(cfg.memProfile)
+			if err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+			errs = append(errs, pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
+		}
+		return errors.Join(errs...)
+	}, nil
 }
 
 // intList parses a comma-separated list of integers of at least least.

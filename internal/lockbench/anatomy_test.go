@@ -6,11 +6,6 @@ import (
 	"os"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
-	"github.com/seed-a9d410c6/concurrency/internal/embedetcd"
 )
 
 // The anatomy of a contended handoff, for both packages, on a real
@@ -21,23 +16,8 @@ import (
 func TestAnatomy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	clus, err := embedetcd.Start(ctx, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer clus.Close()
 	var tracer Tracer
-	var cs []*clientv3.Client
-	for range 2 {
-		cfg := clientv3.Config{Endpoints: clus.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
-		tracer.Option(&cfg)
-		c, err := clientv3.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		cs = append(cs, c)
-	}
+	_, cs := startCluster(ctx, t, 3, 2, tracer.Option)
 	for _, x := range []struct {
 		impl  Impl
 		reads int
