@@ -400,3 +400,61 @@ func TestShardsInvalid(t *testing.T) {
 		t.Errorf("a member with another count: %v, want ErrInvalidShardCount", err)
 	}
 }
+
+// A member cut off from etcd (its only endpoint blackholed) keeps nothing:
+// its session reaches its conservative deadline and cancels every fn
+// (ErrSessionExpired) before etcd expires its lease, and only then do the
+// others own its shards, within about a TTL of the cut; no shard runs on
+// two members at once. Once the cut heals, it joins again and gets its
+// share back by yield.
+func TestShardsPartition(t *testing.T) {
+	clus := bridgeCluster(t)
+	group := etcdtest.Begin(t)
+	ca := etcdtest.NewClient(t, []string{clus.Members[0].GRPCURL})
+	cb := etcdtest.NewClient(t, []string{clus.Members[1].GRPCURL})
+	const n, ttl = 6, 4
+	log := newShardLog()
+	var stA, stB concurrency.ShardStatus
+	goShards(t, ca, group, n, log.fn("a"), concurrency.WithShardTTL(ttl), concurrency.WithShardStatus(&stA))
+	waitBalanced(t, cb, group, n, 1, 10*time.Second, nil)
+	goShards(t, cb, group, n, log.fn("b"), concurrency.WithShardTTL(ttl), concurrency.WithShardStatus(&stB))
+	waitBalanced(t, cb, group, n, 2, 10*time.Second, nil)
+	ownedA := stA.Owned()
+	before := len(log.causesOf("a")) // a's fns that yielded to b
+
+	cut := time.Now()
+	etcdtest.Cut(t, clus.Members[0])
+	defer clus.Members[0].Bridge().Unblackhole()
+	var took time.Duration
+	etcdtest.Eventually(t, 3*ttl*time.Second, func() bool {
+		if len(stB.Owned()) != n {
+			return false
+		}
+		took = time.Since(cut)
+		return true
+	}, "b owns %v after a was cut off", stB.Owned())
+	t.Logf("b owns all %d shards %v after a was cut off (TTL %d s)", n, took, ttl)
+	// etcd expires a's lease a TTL after its last renewal, which was at
+	// most a third of a TTL before the cut; then b plans and locks.
+	if took > 2*ttl*time.Second {
+		t.Errorf("b took %v to own a's shards, over two TTLs", took)
+	}
+	if len(stA.Owned()) != 0 {
+		t.Errorf("a still says it owns %v", stA.Owned())
+	}
+	ended := 0
+	for _, err := range log.causesOf("a")[before:] {
+		if !errors.Is(err, concurrency.ErrSessionExpired) {
+			t.Errorf("a's fn ended with cause %v, want ErrSessionExpired", err)
+		}
+		ended++
+	}
+	if ended != len(ownedA) {
+		t.Errorf("%d of a's %d fns ended", ended, len(ownedA))
+	}
+
+	clus.Members[0].Bridge().Unblackhole()
+	_, took = waitBalanced(t, cb, group, n, 2, 6*ttl*time.Second, nil)
+	t.Logf("balanced again %v after the cut healed", took)
+	log.check(t)
+}
