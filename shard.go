@@ -546,12 +546,17 @@ func (m *membership) run(wctx context.Context, r *shardRunner) {
 	defer st.clear(r.id)
 	fctx, cancel := context.WithCancelCause(m.mctx)
 	defer cancel(nil)
+	lostc := make(chan struct{})
 	stop := context.AfterFunc(hctx, func() {
+		defer close(lostc)
 		st.lost(r.id, time.Now())
 		cancel(context.Cause(hctx))
 	})
 	err := m.fn(fctx, sh)
 	lost := !stop()
+	if lost {
+		<-lostc // its status update comes before the next tenure's
+	}
 	switch {
 	case lost || m.mctx.Err() != nil:
 	case err != nil:

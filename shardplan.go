@@ -226,18 +226,37 @@ func InspectShards(ctx context.Context, c *clientv3.Client, group string, n int)
 	case n <= 0:
 		return nil, fmt.Errorf("%w: %d", ErrInvalidShardCount, n)
 	}
-	resp, err := c.Get(ctx, group+"/", clientv3.WithPrefix())
+	g, err := readGroup(ctx, c, group, n)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]clientv3.LeaseID, len(g.Members))
+	for i, mb := range g.Members {
+		ids[i] = mb.Lease
+	}
+	owners, err := readOwners(ctx, c, ids)
 	if err != nil {
 		return nil, fmt.Errorf("concurrency: InspectShards %q: %w", group, err)
+	}
+	for i := range g.Members {
+		g.Members[i].Owner = owners[g.Members[i].Lease]
+	}
+	return g, nil
+}
+
+// readGroup is InspectShards without the owner records: one linearizable
+// read of the group's keys.
+func readGroup(ctx context.Context, c *clientv3.Client, group string, n int) (*ShardGroup, error) {
+	resp, err := c.Get(ctx, group+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("concurrency: reading shards group %q: %w", group, err)
 	}
 	v := readShardGroup(group, n, resp.Kvs)
 	g := &ShardGroup{Group: group, Revision: resp.Header.Revision, Shards: make([]ShardOwner, n)}
 	share := v.shares()
 	idx := make(map[clientv3.LeaseID]int, len(v.members))
-	ids := make([]clientv3.LeaseID, len(v.members))
 	for i, mb := range v.members {
 		idx[mb.lease] = i
-		ids[i] = mb.lease
 		g.Members = append(g.Members, ShardMember{Lease: mb.lease, Key: memberKey(group, mb.lease), CreateRevision: mb.rev, Weight: mb.weight, Share: share[i]})
 	}
 	for i := range v.shards {
@@ -248,13 +267,6 @@ func InspectShards(ctx context.Context, c *clientv3.Client, group string, n int)
 			g.Members[mi].Owned = append(g.Members[mi].Owned, i)
 		}
 		g.Shards[i] = o
-	}
-	owners, err := readOwners(ctx, c, ids)
-	if err != nil {
-		return nil, fmt.Errorf("concurrency: InspectShards %q: %w", group, err)
-	}
-	for i := range g.Members {
-		g.Members[i].Owner = owners[g.Members[i].Lease]
 	}
 	return g, nil
 }
