@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -379,33 +380,102 @@ func parseMember(v string) (n, weight int, ok bool) {
 	return n, weight, true
 }
 
-// resyncEvery is how often a membership reads its group without a change:
-// a sixth of its TTL, between 200 ms and 5 s, so that a watch that went
-// silent, or an event it missed, delays a plan by that much at most.
+// resyncEvery is how often a membership reads its group again, and
+// opens its watch again, without a failure: a third of its TTL, between
+// 1 s and 20 s, so that a watch that went silent (it is a plain clientv3
+// watch) delays a plan by that much at most.
 func (m *membership) resyncEvery() time.Duration {
-	return min(max(time.Duration(m.o.ttl)*time.Second/6, 200*time.Millisecond), 5*time.Second)
+	return min(max(time.Duration(m.o.ttl)*time.Second/3, time.Second), 20*time.Second)
+}
+
+// groupView is the group's keys as a membership knows them: read once,
+// then kept by its watch's events.
+type groupView struct {
+	kvs map[string]*mvccpb.KeyValue
+	rev int64 // the revision the keys are known at
+}
+
+// sync reads the group's keys into a new view.
+func (m *membership) sync(ctx context.Context) (*groupView, error) {
+	rctx, cancel := context.WithTimeout(ctx, m.s.live().wait*4)
+	defer cancel()
+	resp, err := m.s.get(rctx, m.group+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	v := &groupView{kvs: make(map[string]*mvccpb.KeyValue, len(resp.Kvs)), rev: resp.Header.Revision}
+	for _, kv := range resp.Kvs {
+		v.kvs[string(kv.Key)] = kv
+	}
+	return v, nil
+}
+
+// apply applies a watch response's events to v, and reports false if it
+// is an error (the watch must be opened again, from a new read).
+func (v *groupView) apply(wr clientv3.WatchResponse) bool {
+	if wr.Err() != nil || wr.Canceled {
+		return false
+	}
+	for _, ev := range wr.Events {
+		if ev.Kv.ModRevision <= v.rev {
+			continue // seen by the read
+		}
+		if ev.Type == mvccpb.DELETE {
+			delete(v.kvs, string(ev.Kv.Key))
+		} else {
+			v.kvs[string(ev.Kv.Key)] = ev.Kv
+		}
+	}
+	v.rev = max(v.rev, wr.Header.Revision)
+	return true
 }
 
 // loop plans and applies until ctx ends, the session ends or a fn failed.
-// It watches the group's keys and plans again after each change, after
-// each change of a runner, and every resyncEvery.
+// It reads the group's keys once and keeps them from a watch, and plans
+// again after each batch of events, after each change of a runner, and
+// after each read: every resyncEvery, it reads again and opens a new
+// watch; after a failed read or watch, it retries after a backoff.
 func (m *membership) loop(ctx context.Context) error {
-	wctx, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer stop()
-	var wch clientv3.WatchChan
-	rewatch := time.Time{} // when to open the watch again; zero: now
+	var (
+		view    *groupView // nil: read again
+		wch     clientv3.WatchChan
+		unwatch = func() {}
+		retryAt time.Time // after a failure: when to read again
+	)
+	defer func() { unwatch() }()
+	wait := leadMinBackoff // the next backoff after a failure
+	next := func() time.Duration {
+		d := jittered(wait)
+		wait = min(2*wait, leadMaxBackoff)
+		return d
+	}
 	tick := time.NewTicker(m.resyncEvery())
 	defer tick.Stop()
 	for {
-		if wch == nil && !time.Now().Before(rewatch) {
-			wch = m.cli.Watch(wctx, m.group+"/", clientv3.WithPrefix())
+		if view == nil && !time.Now().Before(retryAt) {
+			unwatch()
+			wch = nil
+			v, err := m.sync(ctx)
+			if err == nil {
+				wch, unwatch = m.watch(ctx, v.rev+1)
+				view = v
+				wait = leadMinBackoff
+			} else if err := m.fatal(ctx, err); err != nil {
+				return err
+			} else {
+				retryAt = time.Now().Add(next())
+			}
 		}
-		if err := m.plan(ctx); err != nil && ctx.Err() == nil && m.s.Ctx().Err() == nil {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				if perr := (&leader{cli: m.cli}).permanent(err); perr != nil {
-					return perr
+		if view != nil {
+			if err := m.plan(ctx, view); err != nil {
+				if err := m.fatal(ctx, err); err != nil {
+					return err
 				}
 			}
+		}
+		var retry <-chan time.Time
+		if view == nil {
+			retry = time.After(time.Until(retryAt))
 		}
 		select {
 		case <-ctx.Done():
@@ -414,21 +484,21 @@ func (m *membership) loop(ctx context.Context) error {
 			return nil
 		case <-m.mctx.Done():
 			return nil // a fn failed
+		case <-retry:
 		case <-m.kick:
 		case <-tick.C:
+			view = nil
 		case wr, ok := <-wch:
-			if !ok || wr.Err() != nil {
-				wch = nil
-				rewatch = time.Now().Add(jittered(leadMinBackoff * 4))
+			if !ok || !view.apply(wr) {
+				view, retryAt = nil, time.Now().Add(next())
 				continue
 			}
 		drain:
 			for {
 				select {
 				case wr, ok := <-wch:
-					if !ok || wr.Err() != nil {
-						wch = nil
-						rewatch = time.Now().Add(jittered(leadMinBackoff * 4))
+					if !ok || !view.apply(wr) {
+						view, retryAt = nil, time.Now().Add(next())
 						break drain
 					}
 				default:
@@ -439,18 +509,36 @@ func (m *membership) loop(ctx context.Context) error {
 	}
 }
 
-// plan reads the group, works out which shards this member should own or
-// wait for, and applies it: it starts a runner for each shard it should
-// own and has none for, drops the waits it no longer needs, and asks the
-// owners of the shards it waits for to yield, once its key waits there.
-func (m *membership) plan(ctx context.Context) error {
+// watch watches the group's keys from revision rev, until the returned
+// function is called or ctx ends.
+func (m *membership) watch(ctx context.Context, rev int64) (clientv3.WatchChan, func()) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	return m.cli.Watch(wctx, m.group+"/", clientv3.WithPrefix(), clientv3.WithRev(rev)), cancel
+}
+
+// fatal returns err, wrapped, if retrying cannot fix it, and nil for an
+// error that a later read or plan may not meet (the ends of ctx and of the
+// session are seen by loop itself).
+func (m *membership) fatal(ctx context.Context, err error) error {
+	if ctx.Err() != nil || m.s.Ctx().Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return (&leader{cli: m.cli}).permanent(err)
+}
+
+// plan works out, from the group's keys, which shards this member should
+// own or wait for, and applies it: it starts a runner for each shard it
+// should own and has none for, drops the waits it no longer needs, and
+// asks the owners of the shards it waits for to yield, once its key waits
+// there.
+func (m *membership) plan(ctx context.Context, gv *groupView) error {
 	rctx, cancel := context.WithTimeout(ctx, m.s.live().wait*4)
 	defer cancel()
-	resp, err := m.s.get(rctx, m.group+"/", clientv3.WithPrefix())
-	if err != nil {
-		return err
+	kvs := make([]*mvccpb.KeyValue, 0, len(gv.kvs))
+	for _, kv := range gv.kvs {
+		kvs = append(kvs, kv)
 	}
-	v := readShardGroup(m.group, m.n, resp.Kvs)
+	v := readShardGroup(m.group, m.n, kvs)
 	me := m.s.Lease()
 	if _, ok := v.member(me); !ok {
 		// Our key is gone (deleted by someone else) though the session

@@ -105,10 +105,10 @@ func inspectShards(t *testing.T, c *clientv3.Client, group string, n int) *concu
 
 // waitBalanced polls the group until it has members live members, every
 // shard is owned by one of them, and each owns exactly its share (the
-// plan's target, within one of n times its weight over the total) and
-// what its ShardStatus says it owns; it fails the test after d, and
+// plan's target, within one of n times its weight over the total); it
+// fails the test after d, and
 // returns the group and how long it took.
-func waitBalanced(t *testing.T, c *clientv3.Client, group string, n, members int, d time.Duration, sts map[clientv3.LeaseID]*concurrency.ShardStatus) (*concurrency.ShardGroup, time.Duration) {
+func waitBalanced(t *testing.T, c *clientv3.Client, group string, n, members int, d time.Duration) (*concurrency.ShardGroup, time.Duration) {
 	t.Helper()
 	start := time.Now()
 	var g *concurrency.ShardGroup
@@ -126,26 +126,29 @@ func waitBalanced(t *testing.T, c *clientv3.Client, group string, n, members int
 			if len(m.Owned) != m.Share {
 				return false
 			}
-			if st := sts[m.Lease]; st != nil && !slices.Equal(st.Owned(), m.Owned) {
-				return false
-			}
 		}
 		return true
 	}, "group %s not balanced over %d members: %+v", group, members, g)
 	return g, time.Since(start)
 }
 
-// leaseOf returns the lease of the member whose status is st, once it
-// has one shard at least, from the group's read.
-func leaseOf(t *testing.T, g *concurrency.ShardGroup, st *concurrency.ShardStatus) clientv3.LeaseID {
+// leaseOf returns the lease of the member whose status is st, and the
+// shards it owns, once the group's read and st agree on them (st follows
+// etcd once the functions have started).
+func leaseOf(t *testing.T, c *clientv3.Client, group string, n int, st *concurrency.ShardStatus) (clientv3.LeaseID, []int) {
 	t.Helper()
-	for _, m := range g.Members {
-		if len(m.Owned) > 0 && slices.Equal(m.Owned, st.Owned()) {
-			return m.Lease
+	var lease clientv3.LeaseID
+	var owned []int
+	etcdtest.Eventually(t, 5*time.Second, func() bool {
+		for _, m := range inspectShards(t, c, group, n).Members {
+			if len(m.Owned) > 0 && slices.Equal(m.Owned, st.Owned()) {
+				lease, owned = m.Lease, m.Owned
+				return true
+			}
 		}
-	}
-	t.Fatalf("no member owns %v", st.Owned())
-	return 0
+		return false
+	}, "no member owns %v", st.Owned())
+	return lease, owned
 }
 
 // A member alone owns every shard; a second member that joins gets its
@@ -160,15 +163,13 @@ func TestShardsJoinLeave(t *testing.T) {
 	log := newShardLog()
 	var stA, stB concurrency.ShardStatus
 	_, errA := goShards(t, c, group, n, log.fn("a"), concurrency.WithShardTTL(5), concurrency.WithShardStatus(&stA))
-	g, took := waitBalanced(t, c, group, n, 1, 10*time.Second, nil)
+	g, took := waitBalanced(t, c, group, n, 1, 10*time.Second)
 	t.Logf("one member owns all %d shards after %v", n, took)
-	if got := stA.Owned(); len(got) != n {
-		t.Fatalf("a's status owns %v", got)
-	}
+	etcdtest.Eventually(t, 5*time.Second, func() bool { return len(stA.Owned()) == n }, "a's status owns %v", stA.Owned())
 	leaseA := g.Members[0].Lease
 
 	cancelB, errB := goShards(t, c, group, n, log.fn("b"), concurrency.WithShardTTL(5), concurrency.WithShardStatus(&stB))
-	g, took = waitBalanced(t, c, group, n, 2, 10*time.Second, nil)
+	g, took = waitBalanced(t, c, group, n, 2, 10*time.Second)
 	t.Logf("the joining member reached its share after %v", took)
 	// Bound: a join takes a few plans and commits, not a session TTL.
 	if took > 5*time.Second {
@@ -211,7 +212,7 @@ func TestShardsJoinLeave(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("b's Shards did not return within 10 s of its ctx ending")
 	}
-	_, took = waitBalanced(t, c, group, n, 1, 10*time.Second, nil)
+	_, took = waitBalanced(t, c, group, n, 1, 10*time.Second)
 	took = time.Since(left)
 	t.Logf("a owns every shard %v after b's ctx ended", took)
 	// Bound: b deletes its member key and releases each shard in one
@@ -248,10 +249,10 @@ func TestShardsCrash(t *testing.T) {
 	for i, name := range []string{"a", "b", "c"} {
 		goShards(t, c, group, n, log.fn(name), concurrency.WithShardTTL(ttl), concurrency.WithShardStatus(sts[i]))
 	}
-	g, took := waitBalanced(t, c, group, n, 3, 20*time.Second, nil)
+	_, took := waitBalanced(t, c, group, n, 3, 20*time.Second)
 	t.Logf("3 members balanced after %v", took)
-	leaseB := leaseOf(t, g, sts[1])
-	ownedB := sts[1].Owned()
+	leaseB, ownedB := leaseOf(t, c, group, n, sts[1])
+	before := len(log.causesOf("b")) // b's fns that yielded while the group spread
 
 	crashed := time.Now()
 	if _, err := c.Revoke(t.Context(), leaseB); err != nil {
@@ -274,10 +275,10 @@ func TestShardsCrash(t *testing.T) {
 		t.Errorf("re-owning took %v, more than the TTL (%d s)", reowned, ttl)
 	}
 	// b joins again and the group balances over 3.
-	_, took = waitBalanced(t, c, group, n, 3, 4*ttl*time.Second, nil)
+	_, took = waitBalanced(t, c, group, n, 3, 4*ttl*time.Second)
 	t.Logf("balanced again over 3 members %v later", took)
 	lost := 0
-	for _, err := range log.causesOf("b") {
+	for _, err := range log.causesOf("b")[before:] {
 		if errors.Is(err, concurrency.ErrSessionExpired) || errors.Is(err, concurrency.ErrLockLost) {
 			lost++
 		} else {
@@ -303,7 +304,7 @@ func TestShardsWeights(t *testing.T) {
 		sts[name] = &concurrency.ShardStatus{}
 		goShards(t, c, group, n, log.fn(name), concurrency.WithShardTTL(5), concurrency.WithShardWeight(weights[name]), concurrency.WithShardStatus(sts[name]))
 	}
-	g, took := waitBalanced(t, c, group, n, 3, 20*time.Second, nil)
+	g, took := waitBalanced(t, c, group, n, 3, 20*time.Second)
 	t.Logf("balanced after %v", took)
 	for _, m := range g.Members {
 		exact := float64(n*m.Weight) / 6
@@ -311,13 +312,17 @@ func TestShardsWeights(t *testing.T) {
 			t.Errorf("member %x of weight %d owns %d, fair share %.2f", m.Lease, m.Weight, len(m.Owned), exact)
 		}
 	}
-	total := 0
+	// The statuses follow etcd: each member's says what etcd says it owns
+	// once its functions have started.
+	etcdtest.Eventually(t, 5*time.Second, func() bool {
+		total := 0
+		for _, st := range sts {
+			total += len(st.Owned())
+		}
+		return total == n
+	}, "statuses do not add up to %d shards", n)
 	for name, st := range sts {
-		total += len(st.Owned())
 		t.Logf("%s (weight %d) owns %v", name, weights[name], st.Owned())
-	}
-	if total != n {
-		t.Errorf("statuses own %d shards, want %d", total, n)
 	}
 	log.check(t)
 }
@@ -340,7 +345,7 @@ func TestShardsStuckFn(t *testing.T) {
 		return nil
 	}
 	goShards(t, c, group, n, stuck, concurrency.WithShardTTL(5), concurrency.WithShardStatus(&stA))
-	waitBalanced(t, c, group, n, 1, 10*time.Second, nil)
+	waitBalanced(t, c, group, n, 1, 10*time.Second)
 	if err := stA.Check(time.Second); err != nil {
 		t.Fatalf("Check while owning: %v", err)
 	}
@@ -357,7 +362,7 @@ func TestShardsStuckFn(t *testing.T) {
 		t.Errorf("a's status owns %v, want %d shard", stA.Owned(), n-1)
 	}
 	unstick()
-	waitBalanced(t, c, group, n, 2, 10*time.Second, nil)
+	waitBalanced(t, c, group, n, 2, 10*time.Second)
 	if err := stA.Check(tolerance); err != nil {
 		t.Errorf("Check after the fn returned: %v", err)
 	}
@@ -395,7 +400,7 @@ func TestShardsInvalid(t *testing.T) {
 	// A member with another shard count is refused when it joins.
 	cancel, _ := goShards(t, c, group, 4, func(ctx context.Context, sh concurrency.Shard) error { <-ctx.Done(); return nil }, concurrency.WithShardTTL(5))
 	defer cancel()
-	waitBalanced(t, c, group, 4, 1, 10*time.Second, nil)
+	waitBalanced(t, c, group, 4, 1, 10*time.Second)
 	if err := concurrency.Shards(t.Context(), c, group, 5, fn, concurrency.WithShardTTL(5)); !errors.Is(err, concurrency.ErrInvalidShardCount) {
 		t.Errorf("a member with another count: %v, want ErrInvalidShardCount", err)
 	}
@@ -416,9 +421,10 @@ func TestShardsPartition(t *testing.T) {
 	log := newShardLog()
 	var stA, stB concurrency.ShardStatus
 	goShards(t, ca, group, n, log.fn("a"), concurrency.WithShardTTL(ttl), concurrency.WithShardStatus(&stA))
-	waitBalanced(t, cb, group, n, 1, 10*time.Second, nil)
+	waitBalanced(t, cb, group, n, 1, 10*time.Second)
 	goShards(t, cb, group, n, log.fn("b"), concurrency.WithShardTTL(ttl), concurrency.WithShardStatus(&stB))
-	waitBalanced(t, cb, group, n, 2, 10*time.Second, nil)
+	waitBalanced(t, cb, group, n, 2, 10*time.Second)
+	etcdtest.Eventually(t, 5*time.Second, func() bool { return len(stA.Owned())+len(stB.Owned()) == n }, "statuses: a %v b %v", stA.Owned(), stB.Owned())
 	ownedA := stA.Owned()
 	before := len(log.causesOf("a")) // a's fns that yielded to b
 
@@ -454,7 +460,7 @@ func TestShardsPartition(t *testing.T) {
 	}
 
 	clus.Members[0].Bridge().Unblackhole()
-	_, took = waitBalanced(t, cb, group, n, 2, 6*ttl*time.Second, nil)
+	_, took = waitBalanced(t, cb, group, n, 2, 6*ttl*time.Second)
 	t.Logf("balanced again %v after the cut healed", took)
 	log.check(t)
 }
