@@ -333,8 +333,9 @@
 // Shards adds is only the choice of which member queues for which shard.
 // Members register as group/members/<lease ID in hex> on their session's
 // lease, with their weight in the value; every member reads the group
-// (members and shard queues, one read) on each change it watches and at
-// least every sixth of its TTL (5 s at most), and computes the same plan:
+// (members and shard queues, one read), keeps it from a watch (reading it
+// again every third of its TTL, 20 s at most, and after a failure), and
+// after each batch of events computes the same plan:
 // shares by weight, each within one of its exact share (largest
 // remainders, ties to the older member); each member keeps the shards it
 // owns up to its share; the surplus and the unowned shards go, in order,
@@ -378,7 +379,7 @@
 // count is refused when it joins (ErrInvalidShardCount); one that joins at
 // the same moment with another count is left out of the others' plans.
 // The group watch is a plain clientv3 watch: a silent one delays a plan
-// until the next periodic read. Members that read at different revisions
+// until the next periodic read. Members that know different revisions
 // may plan differently for a moment; the plans agree once they read the
 // same revision, and no disagreement can make two members own a shard.
 //

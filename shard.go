@@ -87,8 +87,10 @@ func (sh Shard) Txn(ctx context.Context) clientv3.Txn { return sh.m.Txn(ctx) }
 // waits behind theirs. It never takes a shard: it gets one only when the
 // owner lets go. A member above its share keeps its shards until asked.
 // Every member computes the same plan from the same read, so the shards
-// that move are exactly the surplus; each member reads the group again
-// on every change it watches, and at least every sixth of the TTL.
+// that move are exactly the surplus. Each member reads the group's keys
+// once and keeps them from a watch, planning again after each batch of
+// events; it reads them again, with a new watch, every third of the TTL
+// (1 s to 20 s) and after a failure.
 //
 // fn is called with a Shard (its number, token and guarded Txn) and a
 // context that ends when the ownership ends or may have ended, with the
