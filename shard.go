@@ -238,6 +238,21 @@ func WithShardOwner(o Owner) ShardOption {
 	}
 }
 
+// WithShardMetrics has each of the member's sessions report to r, as
+// WithMetrics does: each shard is a Mutex named group/shard/<i> (kind
+// "mutex"), so with concurrencyprom the shards this process owns are
+// concurrency_lock_holders, the shards it handed over are
+// concurrency_lock_holds_ended_total{cause="yielded"} (and those it lost,
+// the other causes), the shards it took over are
+// concurrency_lock_acquisitions_total, and concurrency_lock_wait_seconds
+// is how long each took from queueing to grant; per shard with
+// WithLockNameLabel, else summed over the process's mutexes. The time a
+// shard spends without any owner is not measured by a member (no member
+// sees it whole). A nil r is ignored (the default).
+func WithShardMetrics(r MetricsRecorder) ShardOption {
+	return func(o *shardOptions) { o.sessionOpts = append(o.sessionOpts, WithMetrics(r)) }
+}
+
 // WithShardStatus has Shards record in st which shards this member owns
 // and whether a fn outlived its shard (ShardStatus.Check). st may be read
 // from any goroutine; pass it to one Shards at a time. A nil st is ignored

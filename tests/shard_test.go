@@ -464,3 +464,22 @@ func TestShardsPartition(t *testing.T) {
 	t.Logf("balanced again %v after the cut healed", took)
 	log.check(t)
 }
+
+// A member's metrics (WithShardMetrics, concurrencyprom) count its shards
+// as mutex holds: the shards it owns, and those it handed over by yield
+// when a second member joined.
+func TestShardsMetrics(t *testing.T) {
+	group := etcdtest.Begin(t)
+	c := sharedClient(t)
+	const n = 6
+	metrics, reg := newMetrics(t)
+	fn := func(ctx context.Context, sh concurrency.Shard) error { <-ctx.Done(); return nil }
+	goShards(t, c, group, n, fn, concurrency.WithShardTTL(5), concurrency.WithShardMetrics(metrics))
+	mutex := map[string]string{"kind": "mutex"}
+	eventually(t, reg, "concurrency_lock_holders", mutex, func(v float64) bool { return v == n })
+	goShards(t, c, group, n, fn, concurrency.WithShardTTL(5))
+	waitBalanced(t, c, group, n, 2, 10*time.Second)
+	eventually(t, reg, "concurrency_lock_holders", mutex, func(v float64) bool { return v == n/2 })
+	expect(t, reg, "concurrency_lock_holds_ended_total", map[string]string{"kind": "mutex", "cause": "yielded"}, n/2)
+	expect(t, reg, "concurrency_lock_acquisitions_total", mutex, n)
+}
