@@ -381,7 +381,11 @@
 // The group watch is a plain clientv3 watch: a silent one delays a plan
 // until the next periodic read. Members that know different revisions
 // may plan differently for a moment; the plans agree once they read the
-// same revision, and no disagreement can make two members own a shard.
+// same revision, and no disagreement can make two members own a shard. So
+// members that start together may move a few shards more than once while
+// they learn of one another (there is no initial delay, as Kafka's
+// group.initial.rebalance.delay.ms); lockbench's rebalance group counts
+// those moves.
 //
 // # Differences from etcd's package
 //

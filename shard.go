@@ -587,7 +587,11 @@ func (m *membership) plan(ctx context.Context, gv *groupView) error {
 	m.mu.Unlock()
 
 	// Ask the owners of the shards given to us to hand them over, once our
-	// key waits behind theirs, so that the shard comes to us.
+	// key waits behind theirs, so that the shard comes to us: one request
+	// per hold, each applied only while that hold is current, up to
+	// maxTxnOps of them in one transaction.
+	var ops []clientv3.Op
+	var asking []int
 	for _, i := range take {
 		sh := &v.shards[i]
 		if len(sh.keys) < 2 || sh.keys[0].lease == me || !sh.waits(me) {
@@ -597,14 +601,20 @@ func (m *membership) plan(ctx context.Context, gv *groupView) error {
 		if m.asked[i] == h.rev {
 			continue
 		}
-		_, err := m.cli.Txn(rctx).
-			If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
-			Then(clientv3.OpPut(yieldKey(h.key), strconv.FormatInt(h.rev, 10), clientv3.WithLease(h.lease))).
-			Commit()
-		if err != nil {
+		ops = append(ops, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)},
+			[]clientv3.Op{clientv3.OpPut(yieldKey(h.key), strconv.FormatInt(h.rev, 10), clientv3.WithLease(h.lease))}, nil))
+		asking = append(asking, i)
+	}
+	for len(ops) > 0 {
+		k := min(len(ops), maxTxnOps)
+		if _, err := m.cli.Txn(rctx).Then(ops[:k]...).Commit(); err != nil {
 			return err
 		}
-		m.asked[i] = h.rev
+		for _, i := range asking[:k] {
+			m.asked[i] = v.shards[i].holderRev()
+		}
+		ops, asking = ops[k:], asking[k:]
 	}
 	for i, rev := range m.asked {
 		if !want[i] || v.shards[i].holderRev() != rev {
