@@ -639,6 +639,10 @@ func (m *membership) run(wctx context.Context, r *shardRunner) {
 	}()
 	mu := NewMutex(m.s, shardName(m.group, r.id))
 	if err := mu.Lock(wctx); err != nil {
+		// Not dropped: etcd failed, or the session ended. Wait a little
+		// before the next plan starts another runner, so that a failing
+		// cluster is not asked again at once.
+		sleepCtx(wctx, jittered(time.Second))
 		return
 	}
 	release := func() {
