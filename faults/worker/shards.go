@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -33,11 +32,8 @@ const shardCount = 8
 func (c *client) shards() {
 	var seq atomic.Int64
 	fn := func(ctx context.Context, sh concurrency.Shard) error {
-		name := fmt.Sprintf("%s/%d", c.name, sh.ID())
-		rec := func(op hc.Op) {
-			op.Workload, op.Proc, op.Client = c.wl, *proc, name
-			c.h.Record(op)
-		}
+		// Calls of one shard are sequential: a client of their own.
+		sc := &client{worker: c.worker, wl: c.wl, name: fmt.Sprintf("%s/%d", c.name, sh.ID())}
 		key := sh.Key()
 		// Register the lease (the key's last part), as session() does.
 		if id, err := strconv.ParseInt(key[strings.LastIndexByte(key, '/')+1:], 16, 64); err == nil {
@@ -49,25 +45,16 @@ func (c *client) shards() {
 		for ctx.Err() == nil {
 			// The write does not look at ctx: the guard alone keeps it
 			// inside the tenure.
-			id := fmt.Sprintf("%s.%d", name, seq.Add(1))
+			id := fmt.Sprintf("%s.%d", sc.name, seq.Add(1))
 			tctx, cancel := context.WithTimeout(c.life, opTimeout)
-			rec(hc.Op{Type: hc.Invoke, F: hc.FIncr, ID: id, Token: sh.Token()})
+			sc.rec(hc.Op{Type: hc.Invoke, F: hc.FIncr, ID: id, Token: sh.Token()})
 			tr, err := sh.Txn(tctx).Then(clientv3.OpPut(fmt.Sprintf("%s/shardterm/%d", *pfx, sh.ID()), strconv.FormatInt(sh.Token(), 10))).Commit()
 			cancel()
-			op := hc.Op{ID: id, Token: sh.Token(), F: hc.FIncr}
-			switch {
-			case err == nil:
-				op.Type, op.Rev = hc.OK, tr.Header.Revision
-			case errors.Is(err, concurrency.ErrLockLost):
-				op.Type, op.Err = hc.Fail, err.Error()
-			default:
-				op.Type, op.Err = hc.Info, err.Error()
-			}
-			rec(op)
+			sc.recGuarded(hc.Op{ID: id, Token: sh.Token()}, tr, err)
 			if err == nil && !held {
 				// The tenure, at a revision where its guard held.
 				held = true
-				rec(hc.Op{Type: hc.OK, F: hc.FLock, Key: key, Token: sh.Token(), Rev: tr.Header.Revision})
+				sc.rec(hc.Op{Type: hc.OK, F: hc.FLock, Key: key, Token: sh.Token(), Rev: tr.Header.Revision})
 			}
 			sleep(ctx, *work)
 		}
