@@ -483,3 +483,44 @@ func TestShardsMetrics(t *testing.T) {
 	expect(t, reg, "concurrency_lock_holds_ended_total", map[string]string{"kind": "mutex", "cause": "yielded"}, n/2)
 	expect(t, reg, "concurrency_lock_acquisitions_total", mutex, n)
 }
+
+// A function that returns nil keeps its shard, idle, until it is handed
+// over; one that returns an error while it owns its shard ends Shards,
+// which releases every shard and returns the error.
+func TestShardsFnReturns(t *testing.T) {
+	group := etcdtest.Begin(t)
+	c := sharedClient(t)
+	const n = 4
+	var st concurrency.ShardStatus
+	idle := func(ctx context.Context, sh concurrency.Shard) error { return nil }
+	goShards(t, c, group, n, idle, concurrency.WithShardTTL(5), concurrency.WithShardStatus(&st))
+	waitBalanced(t, c, group, n, 1, 10*time.Second)
+	etcdtest.Eventually(t, 5*time.Second, func() bool { return len(st.Owned()) == n }, "idle member owns %v", st.Owned())
+	if err := st.Check(0); err != nil {
+		t.Errorf("Check with idle shards: %v", err)
+	}
+	// Idle shards are handed over when asked, as running ones are.
+	boom := errors.New("boom")
+	failed := make(chan struct{})
+	var once sync.Once
+	fail := func(ctx context.Context, sh concurrency.Shard) error {
+		once.Do(func() { close(failed) })
+		return fmt.Errorf("shard %d: %w", sh.ID(), boom)
+	}
+	_, errB := goShards(t, c, group, n, fail, concurrency.WithShardTTL(5))
+	select {
+	case <-failed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the idle member never handed a shard over")
+	}
+	select {
+	case err := <-errB:
+		if !errors.Is(err, boom) {
+			t.Fatalf("Shards returned %v, want boom", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shards did not return after its function failed")
+	}
+	// The failed member left: the idle one owns every shard again.
+	waitBalanced(t, c, group, n, 1, 10*time.Second)
+}
