@@ -86,11 +86,19 @@ func (sh Shard) Txn(ctx context.Context) clientv3.Txn { return sh.m.Txn(ctx) }
 // (RequestYield's request, written for that one hold) once its own key
 // waits behind theirs. It never takes a shard: it gets one only when the
 // owner lets go. A member above its share keeps its shards until asked.
-// Every member computes the same plan from the same read, so the shards
+// Every member computes the same plan from the same keys, so the shards
 // that move are exactly the surplus. Each member reads the group's keys
 // once and keeps them from a watch, planning again after each batch of
 // events; it reads them again, with a new watch, every third of the TTL
 // (1 s to 20 s) and after a failure.
+//
+// Bounds, while at least one member is live: a shard whose owner left by
+// its ctx is owned again after about one commit and a plan; one whose
+// owner crashed, once etcd expires the owner's lease (a TTL after its
+// last renewal) and a plan; a member cut off from etcd ends its functions
+// at its session's conservative deadline, before that. Once membership is
+// stable, every member owns exactly its share after a few plans and
+// commits per shard moved (BENCHMARKS.md measures them).
 //
 // fn is called with a Shard (its number, token and guarded Txn) and a
 // context that ends when the ownership ends or may have ended, with the
