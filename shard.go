@@ -405,6 +405,9 @@ func parseMember(v string) (n, weight int, ok bool) {
 	return n, weight, true
 }
 
+// minPlanGap is the least time between two plans of a membership.
+const minPlanGap = 20 * time.Millisecond
+
 // resyncEvery is how often a membership reads its group again, and
 // opens its watch again, without a failure: a third of its TTL, between
 // 1 s and 20 s, so that a watch that went silent (it is a plain clientv3
@@ -476,6 +479,13 @@ func (m *membership) loop(ctx context.Context) error {
 	}
 	tick := time.NewTicker(m.resyncEvery())
 	defer tick.Stop()
+	// Plans are spaced by at least minPlanGap, and by four times what the
+	// last one took, so that a storm of events (many members starting
+	// together, each queueing) costs a plan per gap, not one per event
+	// batch: the events that arrive meanwhile are applied to the view,
+	// and the next plan sees them all.
+	dirty := true
+	var nextPlan time.Time
 	for {
 		if view == nil && !time.Now().Before(retryAt) {
 			unwatch()
@@ -483,7 +493,7 @@ func (m *membership) loop(ctx context.Context) error {
 			v, err := m.sync(ctx)
 			if err == nil {
 				wch, unwatch = m.watch(ctx, v.rev+1)
-				view = v
+				view, dirty = v, true
 				wait = leadMinBackoff
 			} else if err := m.fatal(ctx, err); err != nil {
 				return err
@@ -491,10 +501,19 @@ func (m *membership) loop(ctx context.Context) error {
 				retryAt = time.Now().Add(next())
 			}
 		}
-		if view != nil {
-			if err := m.plan(ctx, view); err != nil {
-				if err := m.fatal(ctx, err); err != nil {
-					return err
+		var gap <-chan time.Time
+		if view != nil && dirty {
+			if d := time.Until(nextPlan); d > 0 {
+				gap = time.After(d)
+			} else {
+				start := time.Now()
+				err := m.plan(ctx, view)
+				nextPlan = time.Now().Add(max(minPlanGap, 4*time.Since(start)))
+				dirty = false
+				if err != nil {
+					if err := m.fatal(ctx, err); err != nil {
+						return err
+					}
 				}
 			}
 		}
@@ -510,10 +529,13 @@ func (m *membership) loop(ctx context.Context) error {
 		case <-m.mctx.Done():
 			return nil // a fn failed
 		case <-retry:
+		case <-gap:
 		case <-m.kick:
+			dirty = true
 		case <-tick.C:
 			view = nil
 		case wr, ok := <-wch:
+			dirty = true
 			if !ok || !view.apply(wr) {
 				view, retryAt = nil, time.Now().Add(next())
 				continue
