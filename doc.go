@@ -335,7 +335,7 @@
 // lease, with their weight in the value; every member reads the group
 // (members and shard queues, one read), keeps it from a watch (reading it
 // again every third of its TTL, 20 s at most, and after a failure), and
-// after each batch of events computes the same plan:
+// after events (plans at least 20 ms apart) computes the same plan:
 // shares by weight, each within one of its exact share (largest
 // remainders, ties to the older member); each member keeps the shards it
 // owns up to its share; the surplus and the unowned shards go, in order,

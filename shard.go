@@ -88,9 +88,10 @@ func (sh Shard) Txn(ctx context.Context) clientv3.Txn { return sh.m.Txn(ctx) }
 // owner lets go. A member above its share keeps its shards until asked.
 // Every member computes the same plan from the same keys, so the shards
 // that move are exactly the surplus. Each member reads the group's keys
-// once and keeps them from a watch, planning again after each batch of
-// events; it reads them again, with a new watch, every third of the TTL
-// (1 s to 20 s) and after a failure.
+// once and keeps them from a watch, planning again after events (plans
+// at least 20 ms, and four times the last plan's cost, apart); it reads
+// them again, with a new watch, every third of the TTL (1 s to 20 s) and
+// after a failure.
 //
 // Bounds, while at least one member is live: a shard whose owner left by
 // its ctx is owned again after about one commit and a plan; one whose
@@ -460,9 +461,9 @@ func (v *groupView) apply(wr clientv3.WatchResponse) bool {
 
 // loop plans and applies until ctx ends, the session ends or a fn failed.
 // It reads the group's keys once and keeps them from a watch, and plans
-// again after each batch of events, after each change of a runner, and
-// after each read: every resyncEvery, it reads again and opens a new
-// watch; after a failed read or watch, it retries after a backoff.
+// again after events, changes of runners and reads (spaced, see below):
+// every resyncEvery, it reads again and opens a new watch; after a failed
+// read or watch, it retries after a backoff.
 func (m *membership) loop(ctx context.Context) error {
 	var (
 		view    *groupView // nil: read again
