@@ -318,6 +318,75 @@
 //     at most. A check that never returns is counted as failing, once per
 //     interval, and its goroutine stays until it does (after Close too).
 //
+// # Partitioned work
+//
+// Shards spreads the n shards of a named group over the processes that
+// run it (Helix's partitions, a Kafka consumer group's), in the style of
+// Lead: a member joins with ctx, its function runs once per shard it
+// owns, with a context that ends when the shard is lost or handed over,
+// and Shards returns when ctx ends, after releasing every shard.
+//
+// Each shard is a Mutex named group/shard/<i>, so its safety is the
+// Mutex's and nothing new: at any revision at most one member holds it,
+// its token (Shard.Token, the Mutex's) strictly increases from one owner
+// to the next, and Shard.Txn writes only while the tenure lasts. What
+// Shards adds is only the choice of which member queues for which shard.
+// Members register as group/members/<lease ID in hex> on their session's
+// lease, with their weight in the value; every member reads the group
+// (members and shard queues, one read), keeps it from a watch (reading it
+// again every third of its TTL, 20 s at most, and after a failure), and
+// after events (plans at least 20 ms apart) computes the same plan:
+// shares by weight, each within one of its exact share (largest
+// remainders, ties to the older member); each member keeps the shards it
+// owns up to its share; the surplus and the unowned shards go, in order,
+// to the members below their share, as many as each lacks. A member
+// queues only for the shards the plan gives it (no herd: a newcomer of a
+// group of m members waits on about n/m keys, not n), and asks the owner
+// of a shard it waits behind to hand it over with a yield request for
+// that one hold (see Yield requests), never taking it: the owner's
+// function ends with cause ErrYieldRequested and its release, one commit,
+// grants the shard to the waiter. So, while membership is stable, the
+// shards that move are exactly those needed.
+//
+// The decisions, and why:
+//
+//   - Shards takes a client, not a Session, as Lead does: a member whose
+//     session ends (lease expired, revoked, failed health checks) joins
+//     again on a new one, so a group stays served across etcd trouble
+//     without the caller's help. Its options mirror Lead's
+//     (WithShardTTL, WithShardHealthCheck, WithShardOwner,
+//     WithShardStatus) plus WithShardWeight.
+//   - Causes are the package's own, matched with errors.Is:
+//     ErrYieldRequested (handed over), ErrLockLost, ErrSessionExpired
+//     (wrapping ErrUnhealthy), or ctx's cause when the member leaves.
+//   - A function that returns nil keeps its shard, idle, until it goes; one
+//     that returns an error ends the membership (as errgroup does) and
+//     Shards returns it. Errors after the context ended are dropped, as
+//     Lead drops them.
+//   - A member leaving deletes its member key first, so that no plan gives
+//     it shards, then ends its functions and releases each shard as its
+//     function returns: about one commit per shard, in parallel, to a
+//     member that already waits or queues at once.
+//   - A function that ignores its context keeps running after its shard
+//     went (to another member, if it was lost; nowhere, if it was asked to
+//     yield, since it cannot release). ShardStatus.Check reports it with
+//     ErrLeaderStuck, as LeaderStatus.Check reports a stuck term.
+//
+// What it cannot promise: a shard whose owner crashed is owned again once
+// etcd expires the owner's lease (a TTL after its last renewal) and the
+// next plan runs; a member cut off from etcd ends its functions at its
+// session's conservative deadline, before that. A member of another shard
+// count is refused when it joins (ErrInvalidShardCount); one that joins at
+// the same moment with another count is left out of the others' plans.
+// The group watch is a plain clientv3 watch: a silent one delays a plan
+// until the next periodic read. Members that know different revisions
+// may plan differently for a moment; the plans agree once they read the
+// same revision, and no disagreement can make two members own a shard. So
+// members that start together may move a few shards more than once while
+// they learn of one another (there is no initial delay, as Kafka's
+// group.initial.rebalance.delay.ms); lockbench's rebalance group counts
+// those moves.
+//
 // # Differences from etcd's package
 //
 // Everything etcd's package documents holds here, and anything etcd's

@@ -91,7 +91,7 @@ func TestFaults(t *testing.T) {
 		procs:     *flagProcs,
 		clients:   *flagClients,
 		ttl:       *flagTTL,
-		workloads: []string{"txn", "fence", "unguarded", "election", "lead", "semaphore", "wsemaphore", "rwmutex", "cancel", "hold", "maxhold", "yield", "queue", "pqueue", "barrier", "dbarrier", "latch"},
+		workloads: []string{"txn", "fence", "unguarded", "election", "lead", "semaphore", "wsemaphore", "rwmutex", "cancel", "hold", "maxhold", "yield", "queue", "pqueue", "barrier", "dbarrier", "latch", "shards"},
 		faults:    allFaults,
 	}
 	if *flagOnly != "" {

@@ -209,6 +209,7 @@ prints a script; 'etcdlock completion bash --help' says where to put it.
 		newInspectCommand(conn),
 		newForceUnlockCommand(conn),
 		newYieldCommand(conn),
+		newShardsCommand(conn), // shards.go
 		newDemoCommand(conn),
 		newVersionCommand(),
 	} {

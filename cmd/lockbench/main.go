@@ -185,14 +185,16 @@ type config struct {
 	capBound     time.Duration
 	// Profiles of this process over the whole run, if named.
 	cpuProfile, memProfile string
+	// rebalance group (rebalance.go)
+	rebalanceShards, rebalanceMembers []int
 }
 
 // groups are the workload groups that -only selects from, in run order.
-var groups = []string{"basic", "contended", "anatomy", "many", "queue", "semaphore", "rwmutex", "metrics", "lost", "idle", "slow"}
+var groups = []string{"basic", "contended", "anatomy", "many", "queue", "semaphore", "rwmutex", "metrics", "lost", "idle", "slow", "rebalance"}
 
 // optIn are the groups that run only when -only names them: their
 // windows are minutes long.
-var optIn = []string{"idle", "slow"}
+var optIn = []string{"idle", "slow", "rebalance"}
 
 // runs reports whether the workloads of group run.
 func (c config) runs(group string) bool {
@@ -254,6 +256,9 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("lockbench", flag.ContinueOnError)
 	var cfg config
 	var endpoints, sessions, waiters, semWaiters, rwReads, only, idleTTLs, anatomySessions, diskSessions, ilMany, capN, capScenarios, capImpls string
+	var rebalanceShards, rebalanceMembers string
+	fs.StringVar(&rebalanceShards, "rebalance-shards", "64,1024", "rebalance group: shard counts of concurrency.Shards")
+	fs.StringVar(&rebalanceMembers, "rebalance-members", "2,8,32", "rebalance group: member counts after a join")
 	fs.StringVar(&endpoints, "endpoints", "", "comma-separated client URLs of a running etcd cluster (default: start an embedded cluster on loopback)")
 	fs.IntVar(&cfg.members, "members", 3, "members of the embedded cluster")
 	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "measured window of each timed workload, per package")
@@ -387,6 +392,12 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.anatomySessions, err = intList(anatomySessions, 2); err != nil {
 		return cfg, fmt.Errorf("-anatomy-sessions: %w", err)
+	}
+	if cfg.rebalanceShards, err = intList(rebalanceShards, 1); err != nil {
+		return cfg, fmt.Errorf("-rebalance-shards: %w", err)
+	}
+	if cfg.rebalanceMembers, err = intList(rebalanceMembers, 1); err != nil {
+		return cfg, fmt.Errorf("-rebalance-members: %w", err)
 	}
 	if cfg.idleTTLs, err = intList(idleTTLs, 1); err != nil {
 		return cfg, fmt.Errorf("-idle-ttls: %w", err)

@@ -270,6 +270,11 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 	if res.idle != nil {
 		idleSection(w, cfg, res.idle)
 	}
+	if cfg.runs("rebalance") { // rebalance.go
+		if err := runRebalance(ctx, cfg, root, w); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

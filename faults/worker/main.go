@@ -261,6 +261,10 @@ func (c *client) loop() {
 		c.lead()
 		return
 	}
+	if c.wl == "shards" { // shards.go
+		c.shards()
+		return
+	}
 	defer c.closeSession()
 	for c.run.Err() == nil {
 		s := c.session()

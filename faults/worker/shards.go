@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency"
+	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+)
+
+// shardCount is the shards workload's number of shards.
+const shardCount = 8
+
+// shards runs the shards workload: concurrency.Shards on the group
+// lockName("shards") for the whole run, each membership lasting 2 to 8 s
+// before it leaves by its ctx and joins again, so that shards move by
+// join (yield) and leave as well as by the faults. Each tenure of a shard
+// is recorded as a lock of the shard's Mutex key (FLock ok, with its
+// token, and the revision of its first guarded write, at which the
+// tenure was current), and its guarded writes as increments, under a
+// client name of its own per shard (calls of one shard never overlap in a
+// process); the harness checks each shard's tenures and writes against
+// the shard's keys in etcd: at most one owner at any revision, tokens
+// increasing.
+func (c *client) shards() {
+	var seq atomic.Int64
+	fn := func(ctx context.Context, sh concurrency.Shard) error {
+		// Calls of one shard are sequential: a client of their own.
+		sc := &client{worker: c.worker, wl: c.wl, name: fmt.Sprintf("%s/%d", c.name, sh.ID())}
+		key := sh.Key()
+		// Register the lease (the key's last part), as session() does.
+		if id, err := strconv.ParseInt(key[strings.LastIndexByte(key, '/')+1:], 16, 64); err == nil {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			c.cli.Put(rctx, regKey(clientv3.LeaseID(id)), strconv.Itoa(*proc), clientv3.WithLease(clientv3.LeaseID(id)))
+			cancel()
+		}
+		held := false
+		for ctx.Err() == nil {
+			// The write does not look at ctx: the guard alone keeps it
+			// inside the tenure.
+			id := fmt.Sprintf("%s.%d", sc.name, seq.Add(1))
+			tctx, cancel := context.WithTimeout(c.life, opTimeout)
+			sc.rec(hc.Op{Type: hc.Invoke, F: hc.FIncr, ID: id, Token: sh.Token()})
+			tr, err := sh.Txn(tctx).Then(clientv3.OpPut(fmt.Sprintf("%s/shardterm/%d", *pfx, sh.ID()), strconv.FormatInt(sh.Token(), 10))).Commit()
+			cancel()
+			sc.recGuarded(hc.Op{ID: id, Token: sh.Token()}, tr, err)
+			if err == nil && !held {
+				// The tenure, at a revision where its guard held.
+				held = true
+				sc.rec(hc.Op{Type: hc.OK, F: hc.FLock, Key: key, Token: sh.Token(), Rev: tr.Header.Revision})
+			}
+			sleep(ctx, *work)
+		}
+		return ctx.Err()
+	}
+	for c.run.Err() == nil {
+		ctx, cancel := context.WithTimeout(c.run, 2*time.Second+rand.N(6*time.Second))
+		err := concurrency.Shards(ctx, c.cli, lockName(c.wl), shardCount, fn, concurrency.WithShardTTL(*ttl))
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			c.rec(hc.Op{Type: hc.Info, F: hc.FLock, Err: errText(err)})
+			sleep(c.run, 50*time.Millisecond)
+		}
+	}
+}

@@ -1,0 +1,272 @@
+package concurrency
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// This file holds the plan of Shards: how one read of a group's keys
+// becomes the members, their fair shares, and which shards each member
+// should own; and InspectShards, which shows the same read to operators.
+
+// shardGroup is a group as one read saw it.
+type shardGroup struct {
+	members []groupMember // in create-revision order
+	shards  []groupShard  // by number
+}
+
+// groupMember is a live member of a group.
+type groupMember struct {
+	lease  clientv3.LeaseID
+	rev    int64 // create revision of the member key
+	weight int
+}
+
+// groupShard is the queue of one shard's Mutex.
+type groupShard struct {
+	keys []shardKey // in create-revision order: the first holds
+}
+
+type shardKey struct {
+	key   string
+	lease clientv3.LeaseID
+	rev   int64
+}
+
+// holder is the lease of the shard's holder, or NoLease.
+func (sh *groupShard) holder() clientv3.LeaseID {
+	if len(sh.keys) == 0 {
+		return clientv3.NoLease
+	}
+	return sh.keys[0].lease
+}
+
+// holderRev is the token of the shard's holder, or 0.
+func (sh *groupShard) holderRev() int64 {
+	if len(sh.keys) == 0 {
+		return 0
+	}
+	return sh.keys[0].rev
+}
+
+// waits reports whether lease id waits for the shard.
+func (sh *groupShard) waits(id clientv3.LeaseID) bool {
+	for _, k := range sh.keys[1:] {
+		if k.lease == id {
+			return true
+		}
+	}
+	return false
+}
+
+// readShardGroup parses the keys under group/ (one read) into a
+// shardGroup of n shards. Members of another shard count are left out,
+// and so are keys of shards beyond n.
+func readShardGroup(group string, n int, kvs []*mvccpb.KeyValue) *shardGroup {
+	v := &shardGroup{shards: make([]groupShard, n)}
+	mp, sp := group+"/members/", group+"/shard/"
+	for _, kv := range kvs {
+		k := string(kv.Key)
+		switch {
+		case strings.HasPrefix(k, mp):
+			cnt, w, ok := parseMember(string(kv.Value))
+			if ok && cnt == n && kv.Lease != 0 {
+				v.members = append(v.members, groupMember{lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision, weight: w})
+			}
+		case strings.HasPrefix(k, sp):
+			rest := k[len(sp):]
+			slash := strings.IndexByte(rest, '/')
+			if slash < 0 {
+				continue
+			}
+			i, err := strconv.Atoi(rest[:slash])
+			if err != nil || i < 0 || i >= n || strconv.Itoa(i) != rest[:slash] {
+				continue
+			}
+			v.shards[i].keys = append(v.shards[i].keys, shardKey{key: k, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision})
+		}
+	}
+	slices.SortFunc(v.members, func(a, b groupMember) int { return cmp.Compare(a.rev, b.rev) })
+	for i := range v.shards {
+		slices.SortFunc(v.shards[i].keys, func(a, b shardKey) int { return cmp.Compare(a.rev, b.rev) })
+	}
+	return v
+}
+
+// member returns the index of lease id among the members.
+func (v *shardGroup) member(id clientv3.LeaseID) (int, bool) {
+	for i, mb := range v.members {
+		if mb.lease == id {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// shares returns each member's fair share of the shards, by weight: the
+// whole part of n*weight/total, and one more for the members with the
+// largest remainders (ties to the older member), so that they add up to n
+// and each is within one of the exact share.
+func (v *shardGroup) shares() []int {
+	n := len(v.shards)
+	total := 0
+	for _, mb := range v.members {
+		total += mb.weight
+	}
+	sh := make([]int, len(v.members))
+	if total == 0 {
+		return sh
+	}
+	rem := make([]int, len(v.members))
+	left := n
+	for i, mb := range v.members {
+		sh[i] = n * mb.weight / total
+		rem[i] = n * mb.weight % total
+		left -= sh[i]
+	}
+	order := make([]int, len(v.members))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(rem[b], rem[a]) })
+	for _, i := range order[:left] {
+		sh[i]++
+	}
+	return sh
+}
+
+// assign is the plan every member computes from the same read: for each
+// member, the shards it should own, in order. A member keeps the shards
+// it owns, up to its share (the lowest numbers); the rest (its surplus),
+// and the shards nobody among the members owns, go to the members below
+// their share, in member order, as many to each as it lacks. The shards
+// that move are exactly the surplus and the unowned: no more than needed.
+func (v *shardGroup) assign() map[clientv3.LeaseID][]int {
+	share := v.shares()
+	idx := make(map[clientv3.LeaseID]int, len(v.members))
+	for i, mb := range v.members {
+		idx[mb.lease] = i
+	}
+	owned := make([][]int, len(v.members))
+	var pool []int // unowned first, then the surplus of each member in member order
+	for i := range v.shards {
+		mi, ok := idx[v.shards[i].holder()]
+		if !ok {
+			pool = append(pool, i)
+			continue
+		}
+		owned[mi] = append(owned[mi], i)
+	}
+	plan := make(map[clientv3.LeaseID][]int, len(v.members))
+	for mi, mb := range v.members {
+		keep := owned[mi][:min(len(owned[mi]), share[mi])]
+		pool = append(pool, owned[mi][len(keep):]...)
+		plan[mb.lease] = slices.Clone(keep)
+	}
+	for mi, mb := range v.members {
+		for len(plan[mb.lease]) < share[mi] && len(pool) > 0 {
+			plan[mb.lease] = append(plan[mb.lease], pool[0])
+			pool = pool[1:]
+		}
+	}
+	return plan
+}
+
+// ShardGroup is a group of Shards as one linearizable read saw it, as
+// InspectShards returns it.
+type ShardGroup struct {
+	Group    string        // the group name, as given to InspectShards
+	Revision int64         // etcd's revision at the read
+	Members  []ShardMember // the live members, in join order (create revision of their keys)
+	Shards   []ShardOwner  // every shard, by number
+}
+
+// ShardMember is a live member of a group.
+type ShardMember struct {
+	Lease          clientv3.LeaseID // the member's session lease
+	Key            string           // its member key, group/members/<lease hex>
+	CreateRevision int64            // orders the members
+	Weight         int              // WithShardWeight
+	Share          int              // its fair share of the shards, as every member computes it
+	Owned          []int            // the shards it owns, in order
+	Owner          *Owner           // its owner record (WithShardOwner), or nil
+}
+
+// ShardOwner is a shard of a group and its owner.
+type ShardOwner struct {
+	ID      int
+	Lease   clientv3.LeaseID // the owner's lease, or clientv3.NoLease if nobody owns the shard
+	Token   int64            // the owner's fencing token (the create revision of its key), or 0
+	Member  bool             // the owner is a live member (else it left or is another client)
+	Waiters int              // how many keys wait behind the owner
+}
+
+// InspectShards reads group, of n shards: its live members with their
+// weights, fair shares and owned shards, and each shard's owner, from one
+// linearizable read, then the members' owner records (WithShardOwner), one
+// round trip per 100 members. It is read-only and needs no session. It
+// blocks for these round trips, which ctx bounds: if ctx ends first it
+// returns an error matching ctx.Err(). A nil client gives ErrNilClient, an
+// empty group ErrInvalidPrefix and n <= 0 ErrInvalidShardCount, before any
+// round trip. Members that run another shard count are left out, as the
+// members themselves leave them out.
+func InspectShards(ctx context.Context, c *clientv3.Client, group string, n int) (*ShardGroup, error) {
+	switch {
+	case c == nil:
+		return nil, ErrNilClient
+	case group == "":
+		return nil, ErrInvalidPrefix
+	case n <= 0:
+		return nil, fmt.Errorf("%w: %d", ErrInvalidShardCount, n)
+	}
+	g, err := readGroup(ctx, c, group, n)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]clientv3.LeaseID, len(g.Members))
+	for i, mb := range g.Members {
+		ids[i] = mb.Lease
+	}
+	owners, err := readOwners(ctx, c, ids)
+	if err != nil {
+		return nil, fmt.Errorf("concurrency: InspectShards %q: %w", group, err)
+	}
+	for i := range g.Members {
+		g.Members[i].Owner = owners[g.Members[i].Lease]
+	}
+	return g, nil
+}
+
+// readGroup is InspectShards without the owner records: one linearizable
+// read of the group's keys.
+func readGroup(ctx context.Context, c *clientv3.Client, group string, n int) (*ShardGroup, error) {
+	resp, err := c.Get(ctx, group+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("concurrency: reading shards group %q: %w", group, err)
+	}
+	v := readShardGroup(group, n, resp.Kvs)
+	g := &ShardGroup{Group: group, Revision: resp.Header.Revision, Shards: make([]ShardOwner, n)}
+	share := v.shares()
+	idx := make(map[clientv3.LeaseID]int, len(v.members))
+	for i, mb := range v.members {
+		idx[mb.lease] = i
+		g.Members = append(g.Members, ShardMember{Lease: mb.lease, Key: memberKey(group, mb.lease), CreateRevision: mb.rev, Weight: mb.weight, Share: share[i]})
+	}
+	for i := range v.shards {
+		sh := &v.shards[i]
+		o := ShardOwner{ID: i, Lease: sh.holder(), Token: sh.holderRev(), Waiters: max(len(sh.keys)-1, 0)}
+		if mi, ok := idx[o.Lease]; ok && len(sh.keys) > 0 {
+			o.Member = true
+			g.Members[mi].Owned = append(g.Members[mi].Owned, i)
+		}
+		g.Shards[i] = o
+	}
+	return g, nil
+}
