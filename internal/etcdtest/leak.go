@@ -22,10 +22,12 @@ var ownFrames = []string{
 // CheckLeaks fails the test if, 15 seconds after it ends, a goroutine that
 // was not running when CheckLeaks was called still runs client code. A
 // leak lasts for ever; 15 s, not 5, because gRPC closes a transport that a
-// closed client was still dialing (a reconnect after a leader change)
-// from a goroutine of its own, and on a machine at load 37 its reader
-// was still waiting on the connection 5 s after the test ended (a CI run
-// of TestMaxHoldInvalid). A test without such goroutines waits for none.
+// closed client was still dialing (a reconnect after a leader change) only
+// once the dial returns, from the dialing goroutine (addrConn's
+// createTransport), and the transport's reader runs meanwhile: on a
+// machine at load 37 one still waited on its connection 5 s after the test
+// ended (a CI run of TestMaxHoldInvalid). A test without such goroutines
+// waits for none.
 func CheckLeaks(t testing.TB) {
 	t.Helper()
 	before := goroutines()
