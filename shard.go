@@ -145,14 +145,10 @@ func (sh Shard) Txn(ctx context.Context) clientv3.Txn { return sh.m.Txn(ctx) }
 // Shards return ErrInvalidShardCount when it joins. Failures to start a
 // session or to read are retried until ctx ends, as in Lead.
 func Shards(ctx context.Context, cli *clientv3.Client, group string, n int, fn func(ctx context.Context, sh Shard) error, opts ...ShardOption) error {
-	switch {
-	case cli == nil:
-		return ErrNilClient
-	case group == "":
-		return ErrInvalidPrefix
-	case n <= 0:
-		return fmt.Errorf("%w: %d", ErrInvalidShardCount, n)
-	case fn == nil:
+	if err := validGroup(cli, group, n); err != nil {
+		return err
+	}
+	if fn == nil {
 		return ErrNilFunc
 	}
 	o := shardOptions{weight: 1, ttl: defaultSessionTTL}
