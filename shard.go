@@ -135,8 +135,12 @@ func (sh Shard) Txn(ctx context.Context) clientv3.Txn { return sh.m.Txn(ctx) }
 // A function that ignores its context outlives its ownership: another
 // member may own the shard meanwhile (safe for writes through Txn or
 // fenced by Token, and only for those). WithShardStatus reports it, as
-// LeaderStatus.Check reports a stuck term. Shards cannot return before
-// such a function does.
+// LeaderStatus.Check reports a stuck term. Shards cannot return, nor join
+// again after its session ended, before such a function does.
+//
+// The group's name is a key prefix (group/), as a lock's name is: use it
+// for nothing else, and give groups names that are not prefixes of one
+// another or of lock names.
 //
 // Bad input is reported at once, before Shards talks to etcd: a nil
 // client (ErrNilClient), an empty group (ErrInvalidPrefix), n <= 0
