@@ -355,7 +355,12 @@
 //     again on a new one, so a group stays served across etcd trouble
 //     without the caller's help. Its options mirror Lead's
 //     (WithShardTTL, WithShardHealthCheck, WithShardOwner,
-//     WithShardStatus) plus WithShardWeight.
+//     WithShardStatus, WithShardMetrics) plus WithShardWeight.
+//   - Operators and bystanders read a group without joining it:
+//     InspectShards (members, weights, shares, owners), WatchShards (the
+//     same after each change), `etcdlock shards --list`; each shard is an
+//     ordinary lock name for Inspect and `etcdlock inspect`. WatchLeader
+//     does the same for an election's leader.
 //   - Causes are the package's own, matched with errors.Is:
 //     ErrYieldRequested (handed over), ErrLockLost, ErrSessionExpired
 //     (wrapping ErrUnhealthy), or ctx's cause when the member leaves.

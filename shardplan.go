@@ -218,13 +218,8 @@ type ShardOwner struct {
 // round trip. Members that run another shard count are left out, as the
 // members themselves leave them out.
 func InspectShards(ctx context.Context, c *clientv3.Client, group string, n int) (*ShardGroup, error) {
-	switch {
-	case c == nil:
-		return nil, ErrNilClient
-	case group == "":
-		return nil, ErrInvalidPrefix
-	case n <= 0:
-		return nil, fmt.Errorf("%w: %d", ErrInvalidShardCount, n)
+	if err := validGroup(c, group, n); err != nil {
+		return nil, err
 	}
 	g, err := readGroup(ctx, c, group, n)
 	if err != nil {
@@ -242,6 +237,21 @@ func InspectShards(ctx context.Context, c *clientv3.Client, group string, n int)
 		g.Members[i].Owner = owners[g.Members[i].Lease]
 	}
 	return g, nil
+}
+
+// validGroup reports a nil client, an empty group name and a shard count
+// below 1, as Shards, InspectShards and WatchShards do before any round
+// trip.
+func validGroup(c *clientv3.Client, group string, n int) error {
+	switch {
+	case c == nil:
+		return ErrNilClient
+	case group == "":
+		return ErrInvalidPrefix
+	case n <= 0:
+		return fmt.Errorf("%w: %d", ErrInvalidShardCount, n)
+	}
+	return nil
 }
 
 // readGroup is InspectShards without the owner records: one linearizable

@@ -67,14 +67,10 @@ func WatchLeader(ctx context.Context, cli *clientv3.Client, name string, fn func
 // group, n <= 0 and a nil fn give ErrNilClient, ErrInvalidPrefix,
 // ErrInvalidShardCount and ErrNilFunc at once.
 func WatchShards(ctx context.Context, cli *clientv3.Client, group string, n int, fn func(*ShardGroup)) error {
-	switch {
-	case cli == nil:
-		return ErrNilClient
-	case group == "":
-		return ErrInvalidPrefix
-	case n <= 0:
-		return fmt.Errorf("%w: %d", ErrInvalidShardCount, n)
-	case fn == nil:
+	if err := validGroup(cli, group, n); err != nil {
+		return err
+	}
+	if fn == nil {
 		return ErrNilFunc
 	}
 	var last *ShardGroup

@@ -429,10 +429,11 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 	// lock name and counter, for the models' verdicts to agree with.
 	found := map[string]int{}
 	timelines := map[string]*hc.Timeline{}
+	var shardModels []modelVerdict // shards_test.go
 	for _, wl := range r.cfg.workloads {
 		before := rep.Total()
 		if wl == "shards" { // shards_test.go
-			checkShards(rep, r.pfx+"/lock/shards", events[r.pfx+"/lock/shards"], byWorkload[wl])
+			shardModels = checkShards(rep, r.pfx+"/lock/shards", events[r.pfx+"/lock/shards"], byWorkload[wl], all, eventAt)
 			continue
 		}
 		if queueWorkload(wl) {
@@ -496,7 +497,7 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 			found[wl+" counter"] = rep.Total() - before
 		}
 	}
-	res.models = checkModels(rep, r.cfg.workloads, all, eventAt, byWorkload, timelines, counters, found)
+	res.models = append(checkModels(rep, r.cfg.workloads, all, eventAt, byWorkload, timelines, counters, found), shardModels...)
 	for _, w := range r.workers {
 		r.t.Logf("worker %d: history %s, log %s", w.p, w.history, w.log)
 	}

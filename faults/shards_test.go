@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
+
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
 	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
 )
@@ -46,9 +48,12 @@ func TestFaultsShards(t *testing.T) {
 // checkShards checks the shards workload's group name: each shard's keys
 // (name/shard/<i>/...) form a queue of their own, against which the
 // tenures (FLock ok) and guarded writes (FIncr) of that shard are checked
-// as a Mutex's holds are (hc.CheckHolds). The shard of an op is the last
-// part of its client name (the worker names each shard's calls so).
-func checkShards(rep *hc.Report, name string, events []hc.KeyEvent, ops []hc.Op) {
+// as a Mutex's holds are, by the revision checks (hc.CheckHolds) and by
+// porcupine's fenced lock model, whose verdicts it returns; the two must
+// agree on each shard. The shard of an op is the last part of its client
+// name (the worker names each shard's calls so). all and delivered are
+// every history and the watch's delivery times, for the revision clock.
+func checkShards(rep *hc.Report, name string, events []hc.KeyEvent, ops, all []hc.Op, delivered map[int64]time.Time) []modelVerdict {
 	byShard := map[int][]hc.KeyEvent{}
 	sp := name + "/shard/"
 	for _, ev := range events {
@@ -73,14 +78,35 @@ func checkShards(rep *hc.Report, name string, events []hc.KeyEvent, ops []hc.Op)
 			opsOf[i] = append(opsOf[i], op)
 		}
 	}
-	for i, evs := range byShard {
+	clock := hc.NewRevClock(hc.Calls(all), delivered)
+	var vs []modelVerdict
+	for i := range shardCount {
+		evs, ok := byShard[i]
+		if !ok {
+			if len(opsOf[i]) > 0 {
+				rep.Violate(hc.Exclusion, "%s: %d calls on shard %d, which never had a key", name, len(opsOf[i]), i)
+			}
+			continue
+		}
 		sn := fmt.Sprintf("%s%d", sp, i)
+		before := rep.Total()
 		tl := hc.NewTimeline(rep, sn, evs)
 		hc.CheckHolds(rep, sn, opsOf[i], hc.FLock, tl, hc.Exclusion, hc.CreateOrder)
-	}
-	for i, o := range opsOf {
-		if _, ok := byShard[i]; !ok && len(o) > 0 {
-			rep.Violate(hc.Exclusion, "%s: %d calls on shard %d, which never had a key", name, len(o), i)
+		found := rep.Total() - before
+		h := hc.HoldHistory(hc.Calls(opsOf[i]), hc.FLock, hc.FUnlock, tl, clock, nil)
+		start := time.Now()
+		res := hc.CheckModel(rep, sn, "fenced lock", hc.FencedLock, h, *flagModelTimeout)
+		vs = append(vs, modelVerdict{name: fmt.Sprintf("shards %d", i), model: "fenced lock", ops: len(h), result: res, took: time.Since(start), found: found})
+		if res == porcupine.Unknown {
+			continue // a violation of hc.Linearizable already
+		}
+		rep.Checked[hc.Agree]++
+		if (res == porcupine.Illegal) != (found > 0) {
+			rep.Violate(hc.Agree, "%s: porcupine's fenced lock model says %s, the revision checks found %d violations", sn, res, found)
 		}
 	}
+	return vs
 }
+
+// shardCount is the worker's number of shards (faults/worker/shards.go).
+const shardCount = 8

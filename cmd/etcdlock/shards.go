@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency"
 )
@@ -89,14 +90,24 @@ and each shard's owner, and exit.`,
 			case o.killGrace < 0:
 				return usagef("--kill-grace must not be negative, not %v", o.killGrace)
 			}
+			var command []string
+			if !o.list {
+				command = args[2:]
+				if err := checkCommand(command[0]); err != nil {
+					return err
+				}
+			}
+			ctx, stop := withSignals()
+			defer stop()
+			cli, err := conn.connect(ctx, lockPrefix(group))
+			if err != nil {
+				return orInterrupted(ctx, "", err)
+			}
+			defer cli.Close()
 			if o.list {
-				return o.listGroup(conn, group, n, cmd.OutOrStdout())
+				return o.listGroup(ctx, conn, cli, group, n, cmd.OutOrStdout())
 			}
-			command := args[2:]
-			if err := checkCommand(command[0]); err != nil {
-				return err
-			}
-			return o.run(conn, group, n, command, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return o.run(ctx, cli, group, n, command, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -112,15 +123,8 @@ and each shard's owner, and exit.`,
 }
 
 // run joins the group and supervises one command per owned shard until a
-// signal, or a command that fails.
-func (o *shardsOptions) run(conn *connFlags, group string, n int, command []string, stdout, stderr io.Writer) error {
-	ctx, stop := withSignals()
-	defer stop()
-	cli, err := conn.connect(ctx, lockPrefix(group))
-	if err != nil {
-		return orInterrupted(ctx, "", err)
-	}
-	defer cli.Close()
+// signal (which ends ctx), or a command that fails.
+func (o *shardsOptions) run(ctx context.Context, cli *clientv3.Client, group string, n int, command []string, stdout, stderr io.Writer) error {
 	// out serialises etcdlock's own lines; the commands write where they
 	// like.
 	var out sync.Mutex
@@ -161,7 +165,7 @@ func (o *shardsOptions) run(conn *connFlags, group string, n int, command []stri
 		return nil
 	}
 	say("joining %q (%d shards, weight %d)", group, n, o.weight)
-	err = concurrency.Shards(ctx, cli, group, n, fn, concurrency.WithShardTTL(o.ttl), concurrency.WithShardWeight(o.weight),
+	err := concurrency.Shards(ctx, cli, group, n, fn, concurrency.WithShardTTL(o.ttl), concurrency.WithShardWeight(o.weight),
 		concurrency.WithShardOwner(owner("shards", command)))
 	var se signalError
 	if ctx.Err() != nil && errors.As(context.Cause(ctx), &se) {
@@ -178,14 +182,7 @@ func (o *shardsOptions) run(conn *connFlags, group string, n int, command []stri
 }
 
 // listGroup prints the group's members and each shard's owner.
-func (o *shardsOptions) listGroup(conn *connFlags, group string, n int, stdout io.Writer) error {
-	ctx, stop := withSignals()
-	defer stop()
-	cli, err := conn.connect(ctx, lockPrefix(group))
-	if err != nil {
-		return orInterrupted(ctx, "", err)
-	}
-	defer cli.Close()
+func (o *shardsOptions) listGroup(ctx context.Context, conn *connFlags, cli *clientv3.Client, group string, n int, stdout io.Writer) error {
 	rctx, cancel := conn.requestCtx(ctx)
 	defer cancel()
 	g, err := concurrency.InspectShards(rctx, cli, group, n)

@@ -32,8 +32,14 @@ const shardCount = 8
 func (c *client) shards() {
 	var seq atomic.Int64
 	fn := func(ctx context.Context, sh concurrency.Shard) error {
-		// Calls of one shard are sequential: a client of their own.
+		// Calls of one shard are sequential: a client of their own. The
+		// tenure's record has a client of its own too, whose previous
+		// record (an earlier tenure's, or none) is the earliest its call
+		// could have started: hc.Calls takes that as its start, and the
+		// revision clock of the models needs a start before the revision
+		// it saw (the shard's write just before would start it after).
 		sc := &client{worker: c.worker, wl: c.wl, name: fmt.Sprintf("%s/%d", c.name, sh.ID())}
+		tc := &client{worker: c.worker, wl: c.wl, name: fmt.Sprintf("%s/tenure/%d", c.name, sh.ID())}
 		key := sh.Key()
 		// Register the lease (the key's last part), as session() does.
 		if id, err := strconv.ParseInt(key[strings.LastIndexByte(key, '/')+1:], 16, 64); err == nil {
@@ -54,7 +60,7 @@ func (c *client) shards() {
 			if err == nil && !held {
 				// The tenure, at a revision where its guard held.
 				held = true
-				sc.rec(hc.Op{Type: hc.OK, F: hc.FLock, Key: key, Token: sh.Token(), Rev: tr.Header.Revision})
+				tc.rec(hc.Op{Type: hc.OK, F: hc.FLock, Key: key, Token: sh.Token(), Rev: tr.Header.Revision})
 			}
 			sleep(ctx, *work)
 		}
