@@ -2,7 +2,6 @@ package concurrency
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -20,19 +19,6 @@ import (
 //
 //	g/members/<lease hex>   a member, on its session's lease; value "shards=N weight=W"
 //	g/shard/<i>/<lease hex> the Mutex keys of shard i (a Mutex named g/shard/<i>)
-
-// Errors of Shards and InspectShards.
-var (
-	// ErrInvalidShardCount is returned by Shards and InspectShards for a
-	// shard count of zero or less, and by Shards when a live member of the
-	// group runs it with another count: the two would not agree on the
-	// shares.
-	ErrInvalidShardCount = errors.New("concurrency: invalid shard count")
-
-	// ErrInvalidShardWeight is returned by Shards for WithShardWeight(w)
-	// with w <= 0.
-	ErrInvalidShardWeight = errors.New("concurrency: shard weight must be positive")
-)
 
 // Shard is a shard that a member of a group owns, as Shards gives it to
 // its function: its number, its fencing token and a guarded transaction.
