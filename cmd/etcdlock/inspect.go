@@ -19,8 +19,9 @@ import (
 
 func newInspectCommand(conn *connFlags) *cobra.Command {
 	var asJSON bool
+	var shards int
 	cmd := &cobra.Command{
-		Use:   "inspect [--json] NAME",
+		Use:   "inspect [--json] NAME | inspect --shards N GROUP",
 		Short: "Show the holders of a lock and its waiters in queue order",
 		Long: `Show the holders of the lock NAME and its waiters in queue order, with each
 key, lease ID, lease TTL left, create revision (the holder's fencing token),
@@ -58,7 +59,13 @@ waiters.
           "health" ({"failures", "limit", "error"} while the session's
           --health-cmd fails, before it ends the session)}
 The fields from etcdlock's record and the owner record are absent for keys
-without them.`,
+without them.
+
+With --shards N, GROUP is a group of N shards (concurrency.Shards, etcdlock
+shards): it prints the group's members (lease, weight, share, the shards
+each owns, who it is) and the shards without a member owner, as
+'etcdlock shards --list GROUP N' does. Each shard is a lock of its own,
+GROUP/shard/<i>, which inspect shows as any other.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if args[0] == "" {
@@ -71,6 +78,13 @@ without them.`,
 				return orInterrupted(ctx, "", err)
 			}
 			defer cli.Close()
+			if cmd.Flags().Changed("shards") {
+				if asJSON {
+					return usagef("inspect --shards does not print JSON")
+				}
+				var o shardsOptions
+				return o.listGroup(ctx, conn, cli, args[0], shards, cmd.OutOrStdout())
+			}
 			st, err := inspect(ctx, conn, cli, args[0])
 			if err != nil {
 				return orInterrupted(ctx, "", err)
@@ -85,6 +99,7 @@ without them.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&shards, "shards", 0, "GROUP is a group of this many shards (Shards): show its members and owners")
 	return cmd
 }
 

@@ -43,6 +43,10 @@ func TestShards(t *testing.T) {
 	if strings.Count(out, "share 2 owns 2") != 2 {
 		t.Errorf("--list printed:\n%s\nwant two members owning 2 each", out)
 	}
+	// inspect --shards shows the same, for operators who look at locks.
+	if in, _ := expectRun(t, 10*time.Second, 0, nil, []string{"inspect", "--shards", "4", group}); strings.Count(in, "share 2 owns 2") != 2 {
+		t.Errorf("inspect --shards printed:\n%s\nwant two members owning 2 each", in)
+	}
 
 	b.signal(syscall.SIGTERM)
 	b.expectExit(10*time.Second, 0)
