@@ -53,6 +53,9 @@ func runCapacity(ctx context.Context, cfg config, w io.Writer) error {
 			for _, impl := range impls {
 				r, err := capacityRow(ctx, cfg, impl, sc, n)
 				if err != nil {
+					if r.End != nil {
+						capRow(w, r) // what was measured before it failed
+					}
 					fmt.Fprintf(w, "| %s | %d | %s | failed: %v |\n", sc, n, impl.Name, err)
 					progress("%s of %d, %s: %v", sc, n, impl.Name, err)
 					continue
