@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/seed-a9d410c6/concurrency/internal/etcdproc"
@@ -53,7 +54,10 @@ func runCapacity(ctx context.Context, cfg config, w io.Writer) error {
 			for _, impl := range impls {
 				r, err := capacityRow(ctx, cfg, impl, sc, n)
 				if err != nil {
-					fmt.Fprintf(w, "| %s | %d | %s | failed: %v |\n", sc, n, impl.Name, err)
+					if r.End != nil {
+						capRow(w, r) // what was measured before it failed
+					}
+					fmt.Fprintf(w, "| %s | %d | %s | failed: %s |\n", sc, n, impl.Name, strings.ReplaceAll(err.Error(), "\n", "; "))
 					progress("%s of %d, %s: %v", sc, n, impl.Name, err)
 					continue
 				}
