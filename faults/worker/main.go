@@ -779,43 +779,82 @@ func (c *client) learnLimit() {
 }
 
 // errNoSlot is the failure of a claim that found every slot owned by a
-// live key: more than semLimit holders.
+// live key other than its own, all at one revision, with its own key live
+// too: more than semLimit holders at that revision.
 const errNoSlot = "no free slot"
 
-// claimSlot claims, with a guarded transaction, the first slot whose owner
-// key is gone, for key; it returns the slot, or -1.
+// claimSlot claims, with a guarded transaction, a slot whose owner key is
+// gone, for key; it returns the slot, or -1. Each pass reads every slot and
+// its owner at one revision; a claim that loses a race (another holder
+// claimed the slot, or its owner changed, after that revision) reads
+// again. Only a pass that finds no free slot at its revision records
+// errNoSlot: a claim that saw slot 0 taken and then slot 1, each at its
+// own time, could see two holders that never held together (slot 0 freed
+// again meanwhile), a false alarm that slow commits made likely.
 func (c *client) claimSlot(key string, token int64, txn func(context.Context) clientv3.Txn) int {
 	ctx, cancel := context.WithTimeout(c.life, opTimeout)
 	defer cancel()
 	c.rec(hc.Op{Type: hc.Invoke, F: hc.FSlot, Token: token})
-	for i := 0; i < semLimit; i++ {
-		resp, err := c.cli.Get(ctx, slotKey(i))
+	info := func(err error) int {
+		c.rec(hc.Op{Type: hc.Info, F: hc.FSlot, Token: token, Err: errText(err)})
+		return -1
+	}
+	for pass := 0; pass < 20; pass++ {
+		resp, err := c.cli.Get(ctx, slotKey(0))
 		if err != nil {
-			c.rec(hc.Op{Type: hc.Info, F: hc.FSlot, Token: token, Err: errText(err)})
-			return -1
+			return info(err)
 		}
-		cmp := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(slotKey(i)), "=", 0)}
-		if len(resp.Kvs) == 1 {
+		at := clientv3.WithRev(resp.Header.Revision)
+		free, cmp := -1, []clientv3.Cmp(nil)
+		for i := 0; i < semLimit && free < 0; i++ {
+			if i > 0 {
+				if resp, err = c.cli.Get(ctx, slotKey(i), at); err != nil {
+					return info(err)
+				}
+			}
+			if len(resp.Kvs) == 0 {
+				free, cmp = i, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(slotKey(i)), "=", 0)}
+				break
+			}
 			owner := string(resp.Kvs[0].Value)
-			cmp = []clientv3.Cmp{
-				clientv3.Compare(clientv3.ModRevision(slotKey(i)), "=", resp.Kvs[0].ModRevision),
-				clientv3.Compare(clientv3.CreateRevision(owner), "=", 0),
+			live, err := c.cli.Get(ctx, owner, at, clientv3.WithCountOnly())
+			if err != nil {
+				return info(err)
+			}
+			if live.Count == 0 {
+				free, cmp = i, []clientv3.Cmp{
+					clientv3.Compare(clientv3.ModRevision(slotKey(i)), "=", resp.Kvs[0].ModRevision),
+					clientv3.Compare(clientv3.CreateRevision(owner), "=", 0),
+				}
 			}
 		}
-		tr, err := txn(ctx).If(cmp...).Then(clientv3.OpPut(slotKey(i), key)).Commit()
+		if free < 0 {
+			// Every slot owned by a live key at this revision: more
+			// than semLimit holders if this key was live there too.
+			own, err := c.cli.Get(ctx, key, at, clientv3.WithCountOnly())
+			switch {
+			case err != nil:
+				return info(err)
+			case own.Count == 0:
+				c.rec(hc.Op{Type: hc.Fail, F: hc.FSlot, Token: token, Err: "own key gone"})
+				return -1
+			}
+			c.rec(hc.Op{Type: hc.Fail, F: hc.FSlot, Token: token, Err: errNoSlot})
+			return -1
+		}
+		tr, err := txn(ctx).If(cmp...).Then(clientv3.OpPut(slotKey(free), key)).Commit()
 		switch {
 		case errors.Is(err, concurrency.ErrLockLost):
 			c.rec(hc.Op{Type: hc.Fail, F: hc.FSlot, Token: token, Err: errText(err)})
 			return -1
 		case err != nil:
-			c.rec(hc.Op{Type: hc.Info, F: hc.FSlot, Token: token, Err: errText(err)})
-			return -1
+			return info(err)
 		case tr.Succeeded:
-			c.rec(hc.Op{Type: hc.OK, F: hc.FSlot, Token: token, Value: int64(i), Rev: tr.Header.Revision})
-			return i
+			c.rec(hc.Op{Type: hc.OK, F: hc.FSlot, Token: token, Value: int64(free), Rev: tr.Header.Revision})
+			return free
 		}
 	}
-	c.rec(hc.Op{Type: hc.Fail, F: hc.FSlot, Token: token, Err: errNoSlot})
+	c.rec(hc.Op{Type: hc.Fail, F: hc.FSlot, Token: token, Err: "lost every race for a slot"})
 	return -1
 }
 
