@@ -228,6 +228,9 @@ func (m *membership) loop(ctx context.Context) error {
 	}
 	tick := time.NewTicker(m.resyncEvery())
 	defer tick.Stop()
+	// The spans of unowned shards, from this view (WithShardMetrics).
+	unowned := newUnownedTracker(m.o.unowned, m.group, m.n)
+	defer func() { unowned.stop(time.Now()) }()
 	// Plans are spaced by at least minPlanGap, and by four times what the
 	// last one took, so that a storm of events (many members starting
 	// together, each queueing) costs a plan per gap, not one per event
@@ -243,6 +246,7 @@ func (m *membership) loop(ctx context.Context) error {
 			if err == nil {
 				wch, unwatch = m.watch(ctx, v.rev+1)
 				view, dirty = v, true
+				unowned.observe(view.kvs, time.Now())
 				wait = leadMinBackoff
 			} else if err := m.fatal(ctx, err); err != nil {
 				return err
@@ -300,6 +304,9 @@ func (m *membership) loop(ctx context.Context) error {
 				default:
 					break drain
 				}
+			}
+			if view != nil {
+				unowned.observe(view.kvs, time.Now())
 			}
 		}
 	}
