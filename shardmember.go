@@ -187,12 +187,14 @@ func (m *membership) sync(ctx context.Context) (*groupView, error) {
 	return v, nil
 }
 
-// apply applies a watch response's events to v, and reports false if it
-// is an error (the watch must be opened again, from a new read).
-func (v *groupView) apply(wr clientv3.WatchResponse) bool {
-	if wr.Err() != nil || wr.Canceled {
+// apply applies a watch response's events to v, and to the unowned
+// tracker t (nil: none), and reports false if it is an error or there is
+// no view (the watch must be opened again, from a new read).
+func (v *groupView) apply(wr clientv3.WatchResponse, t *unownedTracker) bool {
+	if v == nil || wr.Err() != nil || wr.Canceled {
 		return false
 	}
+	t.events(wr.Events, v.rev, time.Now())
 	for _, ev := range wr.Events {
 		if ev.Kv.ModRevision <= v.rev {
 			continue // seen by the read
@@ -246,7 +248,7 @@ func (m *membership) loop(ctx context.Context) error {
 			if err == nil {
 				wch, unwatch = m.watch(ctx, v.rev+1)
 				view, dirty = v, true
-				unowned.observe(view.kvs, time.Now())
+				unowned.reset(view.kvs, time.Now())
 				wait = leadMinBackoff
 			} else if err := m.fatal(ctx, err); err != nil {
 				return err
@@ -289,7 +291,7 @@ func (m *membership) loop(ctx context.Context) error {
 			view = nil
 		case wr, ok := <-wch:
 			dirty = true
-			if !ok || !view.apply(wr) {
+			if !ok || !view.apply(wr, unowned) {
 				view, retryAt = nil, time.Now().Add(next())
 				continue
 			}
@@ -297,16 +299,13 @@ func (m *membership) loop(ctx context.Context) error {
 			for {
 				select {
 				case wr, ok := <-wch:
-					if !ok || !view.apply(wr) {
+					if !ok || !view.apply(wr, unowned) {
 						view, retryAt = nil, time.Now().Add(next())
 						break drain
 					}
 				default:
 					break drain
 				}
-			}
-			if view != nil {
-				unowned.observe(view.kvs, time.Now())
 			}
 		}
 	}

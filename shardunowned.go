@@ -1,6 +1,7 @@
 package concurrency
 
 import (
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -74,13 +75,21 @@ type ShardMetricsRecorder interface {
 }
 
 // unownedTracker times the spans in which a membership sees shards of its
-// group unowned. It is used by the membership's loop goroutine only. A nil
-// tracker (no ShardMetricsRecorder) does nothing.
+// group unowned. It keeps its own index of the group's keys (each shard's
+// queue, the live members), updated by the same reads and watch events as
+// the membership's view, so that a watch response costs only its events:
+// each shard an event touches is looked at again, and every shard after a
+// member key's event. It is used by the membership's loop goroutine only.
+// A nil tracker (no ShardMetricsRecorder) does nothing.
 type unownedTracker struct {
-	r     ShardMetricsRecorder
-	group string
-	n     int
-	open  map[int]time.Time // shard -> when this member began to see it unowned
+	r      ShardMetricsRecorder
+	group  string
+	n      int
+	queues []map[string]shardKey       // shard -> its keys (usually one or two)
+	leases map[string]clientv3.LeaseID // member key -> lease, of live members of this shard count
+	live   map[clientv3.LeaseID]bool
+	dirty  map[int]bool      // shards to look at again; nil: all of them
+	open   map[int]time.Time // shard -> when this member began to see it unowned
 }
 
 // newUnownedTracker returns a tracker reporting to r, or nil if r is nil.
@@ -92,24 +101,99 @@ func newUnownedTracker(r ShardMetricsRecorder, group string, n int) *unownedTrac
 	return &unownedTracker{r: r, group: group, n: n, open: make(map[int]time.Time)}
 }
 
-// observe updates the spans from the group's keys as a view shows them at
-// now: it reports each shard that became unowned or owned since the last
-// call.
-func (t *unownedTracker) observe(kvs map[string]*mvccpb.KeyValue, now time.Time) {
+// reset replaces the index with kvs, a read of the group's keys, and
+// reports at now what changed since the last call.
+func (t *unownedTracker) reset(kvs map[string]*mvccpb.KeyValue, now time.Time) {
 	if t == nil {
 		return
 	}
-	list := make([]*mvccpb.KeyValue, 0, len(kvs))
+	t.queues = make([]map[string]shardKey, t.n)
+	t.leases = make(map[string]clientv3.LeaseID)
+	t.live = make(map[clientv3.LeaseID]bool)
 	for _, kv := range kvs {
-		list = append(list, kv)
+		t.put(kv)
 	}
-	v := readShardGroup(t.group, t.n, list)
-	live := make(map[clientv3.LeaseID]bool, len(v.members))
-	for _, mb := range v.members {
-		live[mb.lease] = true
+	t.dirty = nil
+	t.flush(now)
+}
+
+// events applies the events of a watch response (those after revision
+// rev, which a read already showed) to the index, and reports at now what
+// changed.
+func (t *unownedTracker) events(evs []*clientv3.Event, rev int64, now time.Time) {
+	if t == nil || t.queues == nil {
+		return
 	}
-	for i := range v.shards {
-		owned := live[v.shards[i].holder()] // NoLease is never a member
+	for _, ev := range evs {
+		if ev.Kv.ModRevision <= rev {
+			continue
+		}
+		if ev.Type == mvccpb.DELETE {
+			t.delete(string(ev.Kv.Key))
+		} else {
+			t.put(ev.Kv)
+		}
+	}
+	t.flush(now)
+}
+
+// put indexes a key of the group, as written.
+func (t *unownedTracker) put(kv *mvccpb.KeyValue) {
+	k := string(kv.Key)
+	mp, sp := t.group+"/members/", t.group+"/shard/"
+	switch {
+	case strings.HasPrefix(k, mp):
+		t.delete(k)
+		if cnt, _, ok := parseMember(string(kv.Value)); ok && cnt == t.n && kv.Lease != 0 {
+			t.leases[k] = clientv3.LeaseID(kv.Lease)
+			t.live[clientv3.LeaseID(kv.Lease)] = true
+		}
+		t.dirty = nil
+	case strings.HasPrefix(k, sp):
+		if i, ok := shardOfKey(k[len(sp):], t.n); ok {
+			if t.queues[i] == nil {
+				t.queues[i] = make(map[string]shardKey)
+			}
+			t.queues[i][k] = shardKey{key: k, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}
+			t.touch(i)
+		}
+	}
+}
+
+// delete removes a key of the group from the index.
+func (t *unownedTracker) delete(k string) {
+	if id, ok := t.leases[k]; ok {
+		delete(t.leases, k)
+		delete(t.live, id)
+		t.dirty = nil
+		return
+	}
+	if sp := t.group + "/shard/"; strings.HasPrefix(k, sp) {
+		if i, ok := shardOfKey(k[len(sp):], t.n); ok {
+			delete(t.queues[i], k)
+			t.touch(i)
+		}
+	}
+}
+
+// touch marks shard i to be looked at again.
+func (t *unownedTracker) touch(i int) {
+	if t.dirty != nil {
+		t.dirty[i] = true
+	}
+}
+
+// flush looks again at the shards marked, reports at now each that became
+// unowned or owned, and clears the marks.
+func (t *unownedTracker) flush(now time.Time) {
+	look := func(i int) {
+		var holder shardKey // the oldest key of the queue
+		for _, k := range t.queues[i] {
+			if holder.rev == 0 || k.rev < holder.rev {
+				holder = k
+			}
+		}
+		owned := holder.rev != 0 && t.live[holder.lease]
 		since, open := t.open[i]
 		switch {
 		case !owned && !open:
@@ -120,6 +204,16 @@ func (t *unownedTracker) observe(kvs map[string]*mvccpb.KeyValue, now time.Time)
 			t.r.ShardUnownedEnded(t.group, i, now.Sub(since))
 		}
 	}
+	if t.dirty == nil {
+		for i := range t.n {
+			look(i)
+		}
+	} else {
+		for i := range t.dirty {
+			look(i)
+		}
+	}
+	t.dirty = make(map[int]bool)
 }
 
 // stop ends, at now, every span still open: the membership stops
