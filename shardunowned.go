@@ -51,7 +51,9 @@ import (
 //
 // Every member of a group sees the same spans, each stamped by its own
 // delays, so across members take the maximum (or any one member's), never
-// the sum. The methods are called from the member's planning goroutine, as
+// the sum. The measure costs a member a second index of the group's keys
+// (memory in proportion to them) and, per watch response, a look at each
+// shard its events touch (every shard after a member key's event). The methods are called from the member's planning goroutine, as
 // MetricsRecorder's are: they must be safe for concurrent use (several
 // members in one process share a recorder), must not block, and must not
 // call back into this package.
