@@ -43,7 +43,9 @@ var (
 
 // Metrics is a set of Prometheus metrics for the sessions, locks,
 // elections and Leads given it (concurrency.WithMetrics,
-// concurrency.WithLeadMetrics): it implements concurrency.MetricsRecorder.
+// concurrency.WithLeadMetrics): it implements concurrency.MetricsRecorder,
+// and concurrency.ShardMetricsRecorder for Shards members
+// (concurrency.WithShardMetrics).
 // One Metrics may serve any number of sessions, from any goroutine. The
 // repository's docs/operators.md lists every metric with queries to graph it. A nil
 // *Metrics records nothing.
