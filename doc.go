@@ -392,6 +392,19 @@
 // group.initial.rebalance.delay.ms); lockbench's rebalance group counts
 // those moves.
 //
+// Time unowned, for operators: a member given WithShardMetrics with a
+// recorder that implements ShardMetricsRecorder (concurrencyprom's does)
+// times each span in which it sees a shard without a member owner (its
+// queue empty, or its holder's member key gone), from its own view of the
+// group's keys, each end stamped when its watch or read shows it: late by
+// the watch's delivery and at most one plan in progress, or by the backoff
+// after a failed watch. A crashed owner's shards count as owned until etcd
+// expires its lease, and a handover by yield as owned throughout (the
+// waiter is granted at the release's revision): no member can see those
+// gaps in the keys. Every member sees the same spans, so aggregate across
+// members with max, never sum (concurrency_shard_unowned,
+// concurrency_shard_unowned_seconds; docs/operators.md).
+//
 // # Differences from etcd's package
 //
 // Everything etcd's package documents holds here, and anything etcd's

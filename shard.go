@@ -173,6 +173,7 @@ type shardOptions struct {
 	weight      int
 	ttl         int
 	status      *ShardStatus
+	unowned     ShardMetricsRecorder // WithShardMetrics's recorder, if it has the shard methods
 	sessionOpts []SessionOption
 	err         error // the first invalid option
 }
@@ -238,11 +239,24 @@ func WithShardOwner(o Owner) ShardOption {
 // the other causes), the shards it took over are
 // concurrency_lock_acquisitions_total, and concurrency_lock_wait_seconds
 // is how long each took from queueing to grant; per shard with
-// WithLockNameLabel, else summed over the process's mutexes. The time a
-// shard spends without any owner is not measured by a member (no member
-// sees it whole). A nil r is ignored (the default).
+// WithLockNameLabel, else summed over the process's mutexes.
+//
+// If r also implements ShardMetricsRecorder (concurrencyprom.Metrics
+// does), the member also times the spans in which it sees a shard of the
+// group without a member owning it, from its own view of the group's keys
+// (ShardMetricsRecorder says exactly what is measured, with what error,
+// and what no member can see): with concurrencyprom,
+// concurrency_shard_unowned{group} is how many shards it sees unowned now
+// and concurrency_shard_unowned_seconds{group} a histogram of the spans.
+// Every member sees the same spans: aggregate over members with max, not
+// sum. A nil r is ignored (the default).
 func WithShardMetrics(r MetricsRecorder) ShardOption {
-	return func(o *shardOptions) { o.sessionOpts = append(o.sessionOpts, WithMetrics(r)) }
+	return func(o *shardOptions) {
+		if sr, ok := r.(ShardMetricsRecorder); ok {
+			o.unowned = sr
+		}
+		o.sessionOpts = append(o.sessionOpts, WithMetrics(r))
+	}
 }
 
 // WithShardStatus has Shards record in st which shards this member owns

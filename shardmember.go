@@ -187,12 +187,14 @@ func (m *membership) sync(ctx context.Context) (*groupView, error) {
 	return v, nil
 }
 
-// apply applies a watch response's events to v, and reports false if it
-// is an error (the watch must be opened again, from a new read).
-func (v *groupView) apply(wr clientv3.WatchResponse) bool {
-	if wr.Err() != nil || wr.Canceled {
+// apply applies a watch response's events to v, and to the unowned
+// tracker t (nil: none), and reports false if it is an error or there is
+// no view (the watch must be opened again, from a new read).
+func (v *groupView) apply(wr clientv3.WatchResponse, t *unownedTracker) bool {
+	if v == nil || wr.Err() != nil || wr.Canceled {
 		return false
 	}
+	t.events(wr.Events, v.rev, time.Now())
 	for _, ev := range wr.Events {
 		if ev.Kv.ModRevision <= v.rev {
 			continue // seen by the read
@@ -228,6 +230,9 @@ func (m *membership) loop(ctx context.Context) error {
 	}
 	tick := time.NewTicker(m.resyncEvery())
 	defer tick.Stop()
+	// The spans of unowned shards, from this view (WithShardMetrics).
+	unowned := newUnownedTracker(m.o.unowned, m.group, m.n)
+	defer func() { unowned.stop(time.Now()) }()
 	// Plans are spaced by at least minPlanGap, and by four times what the
 	// last one took, so that a storm of events (many members starting
 	// together, each queueing) costs a plan per gap, not one per event
@@ -243,6 +248,7 @@ func (m *membership) loop(ctx context.Context) error {
 			if err == nil {
 				wch, unwatch = m.watch(ctx, v.rev+1)
 				view, dirty = v, true
+				unowned.reset(view.kvs, time.Now())
 				wait = leadMinBackoff
 			} else if err := m.fatal(ctx, err); err != nil {
 				return err
@@ -285,7 +291,7 @@ func (m *membership) loop(ctx context.Context) error {
 			view = nil
 		case wr, ok := <-wch:
 			dirty = true
-			if !ok || !view.apply(wr) {
+			if !ok || !view.apply(wr, unowned) {
 				view, retryAt = nil, time.Now().Add(next())
 				continue
 			}
@@ -293,7 +299,7 @@ func (m *membership) loop(ctx context.Context) error {
 			for {
 				select {
 				case wr, ok := <-wch:
-					if !ok || !view.apply(wr) {
+					if !ok || !view.apply(wr, unowned) {
 						view, retryAt = nil, time.Now().Add(next())
 						break drain
 					}

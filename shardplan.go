@@ -81,16 +81,9 @@ func readShardGroup(group string, n int, kvs []*mvccpb.KeyValue) *shardGroup {
 				v.members = append(v.members, groupMember{lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision, weight: w})
 			}
 		case strings.HasPrefix(k, sp):
-			rest := k[len(sp):]
-			slash := strings.IndexByte(rest, '/')
-			if slash < 0 {
-				continue
+			if i, ok := shardOfKey(k[len(sp):], n); ok {
+				v.shards[i].keys = append(v.shards[i].keys, shardKey{key: k, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision})
 			}
-			i, err := strconv.Atoi(rest[:slash])
-			if err != nil || i < 0 || i >= n || strconv.Itoa(i) != rest[:slash] {
-				continue
-			}
-			v.shards[i].keys = append(v.shards[i].keys, shardKey{key: k, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision})
 		}
 	}
 	slices.SortFunc(v.members, func(a, b groupMember) int { return cmp.Compare(a.rev, b.rev) })
@@ -98,6 +91,20 @@ func readShardGroup(group string, n int, kvs []*mvccpb.KeyValue) *shardGroup {
 		slices.SortFunc(v.shards[i].keys, func(a, b shardKey) int { return cmp.Compare(a.rev, b.rev) })
 	}
 	return v
+}
+
+// shardOfKey returns the shard number i of rest, the part of a key after
+// group/shard/, if it is i/<anything> with 0 <= i < n written plainly.
+func shardOfKey(rest string, n int) (int, bool) {
+	slash := strings.IndexByte(rest, '/')
+	if slash < 0 {
+		return 0, false
+	}
+	i, err := strconv.Atoi(rest[:slash])
+	if err != nil || i < 0 || i >= n || strconv.Itoa(i) != rest[:slash] {
+		return 0, false
+	}
+	return i, true
 }
 
 // member returns the index of lease id among the members.

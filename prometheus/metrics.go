@@ -43,7 +43,9 @@ var (
 
 // Metrics is a set of Prometheus metrics for the sessions, locks,
 // elections and Leads given it (concurrency.WithMetrics,
-// concurrency.WithLeadMetrics): it implements concurrency.MetricsRecorder.
+// concurrency.WithLeadMetrics): it implements concurrency.MetricsRecorder,
+// and concurrency.ShardMetricsRecorder for Shards members
+// (concurrency.WithShardMetrics).
 // One Metrics may serve any number of sessions, from any goroutine. The
 // repository's docs/operators.md lists every metric with queries to graph it. A nil
 // *Metrics records nothing.
@@ -52,7 +54,9 @@ var (
 // rwmutex_read, rwmutex_write), and name (the lock name) only with
 // WithLockNameLabel. The leadership metrics always have the label name, the
 // election's name: there is one series per election this process takes
-// part in.
+// part in. The shard metrics (concurrency_shard_…, for members given
+// concurrency.WithShardMetrics) always have the label group, the Shards
+// group's name: one series per group this process is a member of.
 type Metrics struct {
 	nameLabel bool
 
@@ -71,9 +75,15 @@ type Metrics struct {
 
 	leader        *prometheus.GaugeVec
 	leaderChanges *prometheus.CounterVec
+
+	shardUnowned      *prometheus.GaugeVec     // shards.go
+	shardUnownedSpans *prometheus.HistogramVec // shards.go
 }
 
-var _ concurrency.MetricsRecorder = (*Metrics)(nil)
+var (
+	_ concurrency.MetricsRecorder      = (*Metrics)(nil)
+	_ concurrency.ShardMetricsRecorder = (*Metrics)(nil)
+)
 
 type options struct {
 	nameLabel bool
@@ -166,8 +176,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		leaderChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "leader_changes_total", Help: "Times this process became the leader of the election name."}, []string{"name"}),
 	}
+	m.shardUnowned, m.shardUnownedSpans = newShardMetrics(ns)
 	cs := []prometheus.Collector{m.acquisitions, m.misses, m.failures, m.wait, m.held, m.ended, m.waiters, m.holders,
-		m.keepalive, m.keepaliveFailures, m.deadlineExpiries, m.leader, m.leaderChanges}
+		m.keepalive, m.keepaliveFailures, m.deadlineExpiries, m.leader, m.leaderChanges, m.shardUnowned, m.shardUnownedSpans}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, c := range cs[:i] {

@@ -1,7 +1,9 @@
 package concurrency_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -49,8 +52,8 @@ type exported struct {
 }
 
 // scrapeLibrary runs every kind of lock once on sessions given metrics,
-// with and without WithLockNameLabel, and returns what the two registries
-// export.
+// and a Shards member until it owns its shard, with and without
+// WithLockNameLabel, and returns what the two registries export.
 func scrapeLibrary(t *testing.T) *exported {
 	t.Helper()
 	pfx := etcdtest.Begin(t)
@@ -89,6 +92,24 @@ func scrapeLibrary(t *testing.T) *exported {
 		}
 		if err := e.Resign(ctx); err != nil {
 			t.Fatal(err)
+		}
+		// A Shards member of a group of one shard: its series, and one
+		// unowned span (the shard is unowned at its first read).
+		sctx, leave := context.WithCancel(ctx)
+		owned := make(chan struct{})
+		errc := async(t, func() error {
+			return concurrency.Shards(sctx, c, base+"/shards", 1, func(ctx context.Context, sh concurrency.Shard) error {
+				close(owned)
+				<-ctx.Done()
+				return nil
+			}, concurrency.WithShardMetrics(metrics))
+		})
+		<-owned
+		etcdtest.Eventually(t, 10*time.Second, func() bool { return sample(t, reg, "concurrency_shard_unowned_seconds", nil) == 1 },
+			"no unowned span recorded")
+		leave()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Shards returned %v", err)
 		}
 		mfs, err := reg.Gather()
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+	concurrencyprom "github.com/seed-a9d410c6/concurrency/prometheus"
 )
 
 // The rebalance group (issue 41): concurrency.Shards with n shards over m
@@ -23,6 +24,10 @@ import (
 // or yield, as its ShardStatus says, to the new owner's grant), sampled
 // every 5 ms; and the requests the members' clients sent meanwhile
 // (unary RPCs and watch-stream requests, by gRPC client interceptors).
+// Beside the sampled shard-seconds, what the members' own metric says
+// (WithShardMetrics with a concurrency.ShardMetricsRecorder): the
+// unowned shard-seconds of the spans each member saw end, the largest
+// over the members live after the event.
 
 // rebalanceTTL is the members' session TTL: it matters only after a crash,
 // which the group does not measure.
@@ -35,6 +40,7 @@ type rebalanceRow struct {
 	toShare, toAll   time.Duration
 	moves            int64
 	unowned          float64 // shard-seconds
+	seen             float64 // shard-seconds by the members' metric, max over members
 	unary, watchReqs int64
 	err              string
 }
@@ -42,6 +48,7 @@ type rebalanceRow struct {
 // shardsMember is one member the group runs.
 type shardsMember struct {
 	st     concurrency.ShardStatus
+	seen   unownedSeen
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -67,17 +74,18 @@ func runRebalance(ctx context.Context, cfg config, root string, w io.Writer) err
 		"m-1 members start together and spread the shards (start: the moves count every function started, so more than n means shards moved while the members learned of one another); then an m-th joins (it asks the owners above their share to yield, as many shards as it lacks), and then the oldest member leaves by its ctx. "+
 		"to share: until the newcomer owns its share (join); to balance: until every member owns exactly its share and no shard is without an owner; "+
 		"moves: functions started on a new owner; unowned: shard-seconds in which no member's function ran for a shard (from the old owner's loss or yield to the new owner's grant, sampled every 5 ms); "+
+		"members' metric: the unowned shard-seconds that the members' own metric recorded (WithShardMetrics, spans in which a member saw a shard without a member owner in the group's keys; a handover by yield is not such a span), the largest over the members live after the event; "+
 		"requests: unary RPCs and watch-stream requests of all members' clients from the event to balance. "+
 		"The machine's load (1, 5, 15 min) was %s at the group's start and %s at its end; it took %v.\n\n",
 		rebalanceTTL, load, loadavg(), time.Since(start).Round(time.Second))
-	t := newTable("shards", "members", "event", "newcomer's share", "to share", "to balance", "moves", "unowned (shard·s)", "unary RPCs", "watch requests", "error")
+	t := newTable("shards", "members", "event", "newcomer's share", "to share", "to balance", "moves", "unowned (shard·s)", "members' metric (shard·s)", "unary RPCs", "watch requests", "error")
 	for _, r := range rows {
 		share := "-"
 		if r.event == "join" {
 			share = fmt.Sprint(r.share)
 		}
 		t.add(fmt.Sprint(r.n), fmt.Sprint(r.m), r.event, share, dur(r.toShare), dur(r.toAll), fmt.Sprint(r.moves),
-			fmt.Sprintf("%.3f", r.unowned), fmt.Sprint(r.unary), fmt.Sprint(r.watchReqs), r.err)
+			fmt.Sprintf("%.3f", r.unowned), fmt.Sprintf("%.3f", r.seen), fmt.Sprint(r.unary), fmt.Sprint(r.watchReqs), r.err)
 	}
 	t.write(w)
 	return nil
@@ -104,7 +112,8 @@ func rebalanceOnce(ctx context.Context, cfg config, pfx string, n, m int) (rows 
 		mctx, cancel := context.WithCancel(ctx)
 		sm := &shardsMember{cancel: cancel, done: make(chan error, 1)}
 		go func() {
-			sm.done <- concurrency.Shards(mctx, cs[i], pfx, n, fn, concurrency.WithShardTTL(rebalanceTTL), concurrency.WithShardStatus(&sm.st))
+			sm.done <- concurrency.Shards(mctx, cs[i], pfx, n, fn, concurrency.WithShardTTL(rebalanceTTL), concurrency.WithShardStatus(&sm.st),
+				concurrency.WithShardMetrics(&sm.seen))
 		}()
 		mu.Lock()
 		members = append(members, sm)
@@ -153,6 +162,10 @@ func rebalanceOnce(ctx context.Context, cfg config, pfx string, n, m int) (rows 
 	measure := func(event string, m int, do func() *shardsMember) rebalanceRow {
 		r := rebalanceRow{n: n, m: m, event: event}
 		before, startsBefore := counter.Snapshot(), starts.Load()
+		seenBefore := map[*shardsMember]time.Duration{}
+		for _, sm := range live() {
+			_, seenBefore[sm] = sm.seen.read()
+		}
 		t0 := time.Now()
 		newcomer := do()
 		share := n / m // the newest member is last among equals
@@ -177,6 +190,20 @@ func rebalanceOnce(ctx context.Context, cfg config, pfx string, n, m int) (rows 
 		r.unary, r.watchReqs = d.Unary, d.WatchReqs
 		r.moves = starts.Load() - startsBefore
 		r.unowned = unowned.Seconds()
+		// The members see the last owner after the test's poll may have:
+		// wait (up to 5 s) until none sees a shard unowned.
+		waitFor(ctx, 5*time.Second, func() bool {
+			for _, sm := range live() {
+				if open, _ := sm.seen.read(); open > 0 {
+					return false
+				}
+			}
+			return true
+		})
+		for _, sm := range live() {
+			_, sum := sm.seen.read()
+			r.seen = max(r.seen, (sum - seenBefore[sm]).Seconds())
+		}
 		return r
 	}
 	if m > 1 {
@@ -224,4 +251,34 @@ func waitFor(ctx context.Context, d time.Duration, cond func() bool) error {
 		}
 	}
 	return nil
+}
+
+// unownedSeen is a member's concurrency.ShardMetricsRecorder: how many
+// shards it sees unowned now, and the unowned shard-seconds of the spans
+// it saw end. Its lock metrics are a nil *concurrencyprom.Metrics, which
+// records nothing.
+type unownedSeen struct {
+	*concurrencyprom.Metrics
+	mu   sync.Mutex // guards open, sum
+	open int
+	sum  time.Duration
+}
+
+func (u *unownedSeen) ShardUnownedStarted(string, int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.open++
+}
+
+func (u *unownedSeen) ShardUnownedEnded(_ string, _ int, d time.Duration) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.open--
+	u.sum += d
+}
+
+func (u *unownedSeen) read() (open int, sum time.Duration) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.open, u.sum
 }
