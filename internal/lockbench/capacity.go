@@ -202,7 +202,7 @@ func Capacity(ctx context.Context, env Env, traffic *Traffic, members []Member, 
 			return nil
 		})
 		held = nil
-		return errors.Join(errs...)
+		return joinFew(errs)
 	}
 	if names > 0 {
 		held = make([]Mutex, names)
@@ -285,10 +285,7 @@ func Capacity(ctx context.Context, env Env, traffic *Traffic, members []Member, 
 				errs = append(errs, e)
 			}
 		}
-		if len(errs) > 3 {
-			errs = append(errs[:3], fmt.Errorf("and %d more", len(errs)-3))
-		}
-		return errors.Join(errs...)
+		return joinFew(errs)
 	}
 	defer func() { err = errors.Join(err, endWaits(context.Canceled)) }()
 

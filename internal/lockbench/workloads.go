@@ -632,7 +632,27 @@ func parallel(n int, fn func(i int) error) error {
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return joinFew(errs)
+}
+
+// joinFew joins the errors of errs that are not nil, the first three of
+// them and how many more: a setup of 100,000 that fails should say how,
+// not print 100,000 lines.
+func joinFew(errs []error) error {
+	var some []error
+	n := 0
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		if n++; len(some) < 3 {
+			some = append(some, e)
+		}
+	}
+	if n > len(some) {
+		some = append(some, fmt.Errorf("and %d more", n-len(some)))
+	}
+	return errors.Join(some...)
 }
 
 // poll calls cond every interval until it holds, fails, or ctx ends.
