@@ -147,3 +147,70 @@ func TestSessionsRenewOffSilentStream(t *testing.T) {
 		return kc.answered.Load() >= answered+4*n
 	}, "the sessions renewed %d times after the silence, want %d", kc.answered.Load()-answered, 4*n)
 }
+
+// slowKeepAlives makes each answer on a client's LeaseKeepAlive streams
+// arrive d after the one before it on the same stream, as a leader too
+// busy to answer a stream's renewals faster would (etcd answers a
+// stream's renewals one at a time).
+func slowKeepAlives(d time.Duration) func(*clientv3.Config) {
+	return func(cfg *clientv3.Config) {
+		cfg.DialOptions = append(cfg.DialOptions,
+			grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				cs, err := streamer(ctx, desc, cc, method, opts...)
+				if err != nil || method != "/etcdserverpb.Lease/LeaseKeepAlive" {
+					return cs, err
+				}
+				return slowStream{cs, d}, nil
+			}))
+	}
+}
+
+type slowStream struct {
+	grpc.ClientStream
+	d time.Duration
+}
+
+func (s slowStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil {
+		select {
+		case <-time.After(s.d):
+		case <-s.Context().Done():
+		}
+	}
+	return err
+}
+
+// A stream answers renewals one at a time, so one stream can fall behind
+// a client's sessions: here each stream answers one renewal each 50 ms
+// (20 a second), and 120 sessions of TTL 6 s need 60 a second. The
+// renewals must spread over more streams, and every session live after
+// each has renewed five times (more than a TTL's worth).
+func TestSessionsRenewalsOutgrowOneStream(t *testing.T) {
+	etcdtest.Begin(t)
+	var kc keepAliveCounter
+	c := sharedClient(t, kc.option, slowKeepAlives(50*time.Millisecond))
+
+	const n = 120
+	var ss []*concurrency.Session
+	for range n {
+		s, err := concurrency.NewSession(c, concurrency.WithTTL(6))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ss = append(ss, s)
+	}
+	answered := kc.answered.Load()
+	etcdtest.Eventually(t, 90*time.Second, func() bool {
+		for _, s := range ss {
+			select {
+			case <-s.Done():
+				t.Fatalf("session %x ended: %v (%d renewals answered on %d streams)", s.Lease(), context.Cause(s.Ctx()), kc.answered.Load(), kc.streams.Load())
+			default:
+			}
+		}
+		return kc.answered.Load() >= answered+5*n
+	}, "the sessions renewed %d times, want %d", kc.answered.Load()-answered, 5*n)
+	t.Logf("%d renewals answered on %d streams", kc.answered.Load(), kc.streams.Load())
+}
