@@ -132,12 +132,8 @@ func keepAliveOnce(ctx context.Context, r *renewer, client *clientv3.Client, id 
 // lease, and the stream's error, as clientv3 returns etcd's errors, if the
 // stream ended first.
 //
-// It goes on the current stream, unless that stream has maxStreamDepth
-// renewals not yet answered (etcd answers a stream's renewals one at a
-// time, so a stream of a client with many sessions can fall behind a
-// leader that is slow to answer each: the renewal goes on a new stream,
-// which becomes the current one), or already has a renewal of the same
-// lease whose caller waits: that renewal is one that
+// It goes on the current stream, unless that stream already has a
+// renewal of the same lease whose caller waits: that renewal is one that
 // ask has sent again (see ask), because its stream kept it waiting too
 // long, so this one goes on a new stream, which becomes the current
 // stream. The new stream is opened on a connection to another member than
@@ -152,9 +148,9 @@ func (r *renewer) renew(ctx context.Context, id int64) (*pb.LeaseKeepAliveRespon
 	rn := &renewal{id: id, waiting: true, answer: make(chan renewAnswer, 1)}
 	r.mu.Lock()
 	s := r.cur
-	if s == nil || s.waiting[id] > 0 || len(s.unsent)+len(s.pending) >= maxStreamDepth {
+	if s == nil || s.waiting[id] > 0 {
 		old := r.cur
-		s = r.open(old != nil && old.waiting[id] > 0)
+		s = r.open()
 		r.cur = s
 		if old != nil {
 			r.closeIfIdle(old)
@@ -183,19 +179,13 @@ func (r *renewer) renew(ctx context.Context, id int64) (*pb.LeaseKeepAliveRespon
 	}
 }
 
-// maxStreamDepth is how many renewals a stream may have sent and not
-// answered, or waiting to be sent, before the next goes on a new stream:
-// a renewal waits behind at most that many on its stream.
-const maxStreamDepth = 16
-
-// open starts a stream for r and returns it; r.mu is held. If avoid, the
-// stream avoids the members of the streams open that keep renewals
-// waiting.
-func (r *renewer) open(avoid bool) *renewStream {
+// open starts a stream for r and returns it; r.mu is held. The stream
+// avoids the members of the streams open that keep renewals waiting.
+func (r *renewer) open() *renewStream {
 	ctx, cancel := context.WithCancel(r.client.Ctx())
 	s := &renewStream{cancel: cancel, kick: make(chan struct{}, 1), avoid: make(map[string]bool), waiting: make(map[int64]int)}
 	for o := range r.streams {
-		if avoid && o.live > 0 && o.addr != "" {
+		if o.live > 0 && o.addr != "" {
 			s.avoid[o.addr] = true
 		}
 	}
