@@ -284,7 +284,7 @@ func (s *Session) Close() error {
 	return s.revokeLease(ctx, s.id)
 }
 
-// run renews the lease every TTL/3 (see renewIn), and sooner when asked through checkc,
+// run renews the lease every TTL/3, and sooner when asked through checkc,
 // until the session ends. After a failed renewal it retries every
 // retryInterval at most, until the conservative deadline passes. It never
 // waits on anything but a renewal, itself bounded by renewTimeout.
@@ -292,7 +292,7 @@ func (s *Session) run() {
 	defer s.done.Done()
 	r, release := useRenewer(s.client)
 	defer release()
-	next := time.NewTimer(s.renewIn())
+	next := time.NewTimer(s.ttl / 3)
 	defer next.Stop()
 	expiry := time.NewTimer(time.Until(s.Deadline()))
 	defer expiry.Stop()
@@ -314,7 +314,7 @@ func (s *Session) run() {
 		switch {
 		case err == nil:
 			expiry.Reset(time.Until(s.Deadline()))
-			next.Reset(s.renewIn())
+			next.Reset(s.ttl / 3)
 			s.kickSweeper()
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			s.endLife(fmt.Errorf("%w: lease %x %w", ErrSessionExpired, int64(s.id), errLeaseLost))
@@ -323,25 +323,6 @@ func (s *Session) run() {
 			next.Reset(min(s.ttl/3, retryInterval))
 		}
 	}
-}
-
-// renewGrid is the grid of times that renewals are sent on: a renewal
-// due at TTL/3 after the last is sent at the last multiple of renewGrid
-// (of the wall clock) before that, so that the sessions of a process
-// renew together, in bursts that a stream carries in a few writes and
-// etcd's members read in a few wakeups, as etcd's package does (its
-// lessor sends every renewal due each 500 ms). A renewal is so sent up to
-// renewGrid early, never late.
-const renewGrid = 500 * time.Millisecond
-
-// renewIn is how long after now the next renewal is sent: TTL/3, put on
-// renewGrid unless that is too short for a grid (a TTL under 6 s).
-func (s *Session) renewIn() time.Duration {
-	d := s.ttl / 3
-	if d < 4*renewGrid {
-		return d
-	}
-	return d - time.Duration(time.Now().Add(d).UnixNano()%int64(renewGrid))
 }
 
 // renewTimeout bounds one keepalive attempt, so that a renewal stuck on a
