@@ -26,8 +26,7 @@ const defaultSessionTTL = 60
 // lease ends: a hold lasts at most as long as its lease.
 //
 // Unlike etcd's package, a Session renews its lease with its own keepalive
-// loop (on a stream that all sessions of its client share, as etcd's
-// package does) so that it knows when each renewal was sent. It keeps a conservative
+// loop so that it knows when each renewal was sent. It keeps a conservative
 // deadline, the send time of the last answered keepalive plus the granted
 // TTL minus a small margin, and ends (Done, Ctx) when that deadline passes
 // without a renewal: before the server can expire the lease, not after. The
@@ -290,8 +289,6 @@ func (s *Session) Close() error {
 // waits on anything but a renewal, itself bounded by renewTimeout.
 func (s *Session) run() {
 	defer s.done.Done()
-	r, release := useRenewer(s.client)
-	defer release()
 	next := time.NewTimer(s.ttl / 3)
 	defer next.Stop()
 	expiry := time.NewTimer(time.Until(s.Deadline()))
@@ -309,7 +306,7 @@ func (s *Session) run() {
 		}
 
 		sent := time.Now()
-		err := s.renew(r)
+		err := s.renew()
 		s.ins.renewed(sent, err)
 		switch {
 		case err == nil:
@@ -334,21 +331,20 @@ func (s *Session) renewTimeout() time.Duration {
 	return min(max(s.ttl/6, 100*time.Millisecond), 5*time.Second)
 }
 
-// renew renews the lease on r, the stream that the client's sessions
-// share (see renewer; on a stream of its own with a nil r), and, once
-// etcd answers, moves the deadline to the send time of the renewal's
-// first attempt plus the TTL granted. It is asked as ask does, with renewTimeout as the wait: an attempt that
+// renew renews the lease and, once etcd answers, moves the deadline to
+// the send time of the renewal's first attempt plus the TTL granted. It
+// is asked as ask does, with renewTimeout as the wait: an attempt that
 // waits longer has a second sent beside it, not instead of it, so that a
 // cluster slow to answer (etcd's leader waits for its applies before it
 // renews) is not taken for a dead connection. It waits until the
 // deadline at most. A renewal applied twice or late renews the lease
 // again, later than the deadline counts.
-func (s *Session) renew(r *renewer) error {
+func (s *Session) renew() error {
 	sent := time.Now()
 	ctx, cancel := context.WithDeadline(s.ctx, s.Deadline())
 	defer cancel()
 	resp, _, err := ask(ctx, s.client, s.renewTimeout(), classRead, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
-		return keepAliveOnce(ctx, r, s.client, s.id)
+		return s.client.KeepAliveOnce(ctx, s.id)
 	})
 	if err != nil {
 		return err
