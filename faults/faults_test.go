@@ -233,6 +233,9 @@ func runWith(t *testing.T, pfx string, cfg runConfig) *result {
 		keep, err := os.MkdirTemp("", "faults-failure-")
 		if err == nil {
 			exec.Command("cp", "-r", r.dir+"/.", keep).Run()
+			if err := keepModelFailures(keep, res.models); err != nil {
+				t.Logf("keeping porcupine's histories: %v", err)
+			}
 		}
 		for _, inv := range hc.Guarded {
 			vs := res.report.Violations[inv]

@@ -1,8 +1,14 @@
 package faults_test
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +27,8 @@ type modelVerdict struct {
 	result      porcupine.CheckResult
 	took        time.Duration
 	found       int // violations the revision checks found on the same name
+	m           porcupine.Model
+	h           []porcupine.Operation
 }
 
 // checkModels checks each workload's history against its porcupine model,
@@ -36,7 +44,7 @@ func checkModels(rep *hc.Report, workloads []string, all []hc.Op, delivered map[
 	check := func(name, model string, m porcupine.Model, h []porcupine.Operation) {
 		start := time.Now()
 		res := hc.CheckModel(rep, name, model, m, h, *flagModelTimeout)
-		v := modelVerdict{name: name, model: model, ops: len(h), result: res, took: time.Since(start), found: found[name]}
+		v := modelVerdict{name: name, model: model, ops: len(h), result: res, took: time.Since(start), found: found[name], m: m, h: h}
 		vs = append(vs, v)
 		if res == porcupine.Unknown {
 			return // a violation of hc.Linearizable already
@@ -63,6 +71,44 @@ func checkModels(rep *hc.Report, workloads []string, all []hc.Op, delivered map[
 		}
 	}
 	return vs
+}
+
+// keepModelFailures writes, into dir, for each name whose history no
+// order obeys its model, the history porcupine checked (porcupine-NAME.txt,
+// one operation a line in the order of their invokes, times in
+// nanoseconds from the first) and porcupine's visualisation of its
+// longest partial orders (porcupine-NAME.html, which a browser opens).
+func keepModelFailures(dir string, vs []modelVerdict) error {
+	for _, v := range vs {
+		if v.result != porcupine.Illegal {
+			continue
+		}
+		base := filepath.Join(dir, "porcupine-"+strings.NewReplacer("/", "_", " ", "_").Replace(v.name))
+		h := slices.Clone(v.h)
+		slices.SortStableFunc(h, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+		var b strings.Builder
+		var t0 int64
+		if len(h) > 0 {
+			t0 = h[0].Call
+		}
+		at := func(t int64) string {
+			if t == math.MaxInt64 {
+				return "never"
+			}
+			return strconv.FormatInt(t-t0, 10)
+		}
+		for _, op := range h {
+			fmt.Fprintf(&b, "client %d\t%s\t%s\t%s\n", op.ClientId, at(op.Call), at(op.Return), v.m.DescribeOperation(op.Input, op.Output))
+		}
+		if err := os.WriteFile(base+".txt", []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+		_, info := porcupine.CheckOperationsVerbose(v.m, v.h, *flagModelTimeout)
+		if err := porcupine.VisualizePath(v.m, info, base+".html"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // modelTable formats the models' verdicts as a Markdown table.

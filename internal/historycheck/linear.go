@@ -150,6 +150,7 @@ type in struct {
 	token         int64
 	weight, limit int
 	from, to      int64 // casIn: the value read and the value written; readIn: to
+	rev           int64 // endIn: the revision of the deletion
 }
 
 func (x in) String() string {
@@ -164,7 +165,7 @@ func (x in) String() string {
 	case writeIn:
 		return fmt.Sprintf("guarded write(%d)", x.token)
 	case endIn:
-		return fmt.Sprintf("etcd: key %d deleted", x.token)
+		return fmt.Sprintf("etcd: key %d deleted at revision %d", x.token, x.rev)
 	case casIn:
 		return fmt.Sprintf("increment %d -> %d", x.from, x.to)
 	default:
@@ -343,7 +344,7 @@ func HoldHistory(calls []Call, acquire, release string, t *Timeline, clock *RevC
 			continue
 		}
 		lo, hi := clock.Bounds(l.deleted)
-		h = append(h, porcupine.Operation{ClientId: endsClient, Input: in{kind: endIn, token: l.created}, Call: lo, Return: hi})
+		h = append(h, porcupine.Operation{ClientId: endsClient, Input: in{kind: endIn, token: l.created, rev: l.deleted}, Call: lo, Return: hi})
 	}
 	return h
 }
