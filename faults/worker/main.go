@@ -638,7 +638,11 @@ func (c *client) latch() error {
 
 // release ends a hold with unlock (Mutex.Unlock or Election.Resign),
 // trying three times; after that it gives the hold up with its session:
-// revoking the lease deletes the key, or the lease expires.
+// revoking the lease deletes the key, or the lease expires. A failure
+// once the session has ended is not tried again: the hold ended with the
+// session, its key goes with the lease at a time this client cannot know,
+// and a second Resign would return nil at once for an Election that is no
+// longer the leader (as documented), which says nothing of the key.
 func (c *client) release(f string, token int64, unlock func(context.Context) error) error {
 	for try := 0; ; try++ {
 		ctx, cancel := context.WithTimeout(c.life, opTimeout)
@@ -650,7 +654,7 @@ func (c *client) release(f string, token int64, unlock func(context.Context) err
 			return nil
 		}
 		c.rec(hc.Op{Type: hc.Info, F: f, Token: token, Err: errText(err)})
-		if try == 2 || c.life.Err() != nil {
+		if try == 2 || c.life.Err() != nil || c.sess == nil || c.sess.Ctx().Err() != nil {
 			c.closeSession()
 			return err
 		}
