@@ -26,7 +26,8 @@ const defaultSessionTTL = 60
 // lease ends: a hold lasts at most as long as its lease.
 //
 // Unlike etcd's package, a Session renews its lease with its own keepalive
-// loop so that it knows when each renewal was sent. It keeps a conservative
+// loop (on a stream that all sessions of its client share, as etcd's
+// package does) so that it knows when each renewal was sent. It keeps a conservative
 // deadline, the send time of the last answered keepalive plus the granted
 // TTL minus a small margin, and ends (Done, Ctx) when that deadline passes
 // without a renewal: before the server can expire the lease, not after. The
@@ -283,13 +284,15 @@ func (s *Session) Close() error {
 	return s.revokeLease(ctx, s.id)
 }
 
-// run renews the lease every TTL/3, and sooner when asked through checkc,
+// run renews the lease every TTL/3 (see renewIn), and sooner when asked through checkc,
 // until the session ends. After a failed renewal it retries every
 // retryInterval at most, until the conservative deadline passes. It never
 // waits on anything but a renewal, itself bounded by renewTimeout.
 func (s *Session) run() {
 	defer s.done.Done()
-	next := time.NewTimer(s.ttl / 3)
+	r, release := useRenewer(s.client)
+	defer release()
+	next := time.NewTimer(s.renewIn())
 	defer next.Stop()
 	expiry := time.NewTimer(time.Until(s.Deadline()))
 	defer expiry.Stop()
@@ -306,12 +309,12 @@ func (s *Session) run() {
 		}
 
 		sent := time.Now()
-		err := s.renew()
+		err := s.renew(r)
 		s.ins.renewed(sent, err)
 		switch {
 		case err == nil:
 			expiry.Reset(time.Until(s.Deadline()))
-			next.Reset(s.ttl / 3)
+			next.Reset(s.renewIn())
 			s.kickSweeper()
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			s.endLife(fmt.Errorf("%w: lease %x %w", ErrSessionExpired, int64(s.id), errLeaseLost))
@@ -320,6 +323,25 @@ func (s *Session) run() {
 			next.Reset(min(s.ttl/3, retryInterval))
 		}
 	}
+}
+
+// renewGrid is the grid of times that renewals are sent on: a renewal
+// due at TTL/3 after the last is sent at the last multiple of renewGrid
+// (of the wall clock) before that, so that the sessions of a process
+// renew together, in bursts that a stream carries in a few writes and
+// etcd's members read in a few wakeups, as etcd's package does (its
+// lessor sends every renewal due each 500 ms). A renewal is so sent up to
+// renewGrid early, never late.
+const renewGrid = 500 * time.Millisecond
+
+// renewIn is how long after now the next renewal is sent: TTL/3, put on
+// renewGrid unless that is too short for a grid (a TTL under 6 s).
+func (s *Session) renewIn() time.Duration {
+	d := s.ttl / 3
+	if d < 4*renewGrid {
+		return d
+	}
+	return d - time.Duration(time.Now().Add(d).UnixNano()%int64(renewGrid))
 }
 
 // renewTimeout bounds one keepalive attempt, so that a renewal stuck on a
@@ -331,20 +353,21 @@ func (s *Session) renewTimeout() time.Duration {
 	return min(max(s.ttl/6, 100*time.Millisecond), 5*time.Second)
 }
 
-// renew renews the lease and, once etcd answers, moves the deadline to
-// the send time of the renewal's first attempt plus the TTL granted. It
-// is asked as ask does, with renewTimeout as the wait: an attempt that
+// renew renews the lease on r, the stream that the client's sessions
+// share (see renewer; on a stream of its own with a nil r), and, once
+// etcd answers, moves the deadline to the send time of the renewal's
+// first attempt plus the TTL granted. It is asked as ask does, with renewTimeout as the wait: an attempt that
 // waits longer has a second sent beside it, not instead of it, so that a
 // cluster slow to answer (etcd's leader waits for its applies before it
 // renews) is not taken for a dead connection. It waits until the
 // deadline at most. A renewal applied twice or late renews the lease
 // again, later than the deadline counts.
-func (s *Session) renew() error {
+func (s *Session) renew(r *renewer) error {
 	sent := time.Now()
 	ctx, cancel := context.WithDeadline(s.ctx, s.Deadline())
 	defer cancel()
 	resp, _, err := ask(ctx, s.client, s.renewTimeout(), classRead, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
-		return s.client.KeepAliveOnce(ctx, s.id)
+		return keepAliveOnce(ctx, r, s.client, s.id)
 	})
 	if err != nil {
 		return err

@@ -43,8 +43,8 @@ const (
 // halfOpenClient returns a client of the shared cluster's first member,
 // through a proxy, and what makes its connection silent: silence adds the
 // second member's proxy to the client's endpoints and blackholes the
-// first's.
-func halfOpenClient(t *testing.T) (c *clientv3.Client, silence func()) {
+// first's. opts configure the client, as sharedClient's do.
+func halfOpenClient(t *testing.T, opts ...func(*clientv3.Config)) (c *clientv3.Client, silence func()) {
 	t.Helper()
 	eps := etcdtest.Endpoints()
 	var px [2]*etcdproc.Proxy
@@ -57,7 +57,7 @@ func halfOpenClient(t *testing.T) (c *clientv3.Client, silence func()) {
 		px[i] = p
 	}
 	// clientv3's defaults: no DialKeepAliveTime, no per-request timeout.
-	c = etcdtest.NewClient(t, []string{px[0].URL()})
+	c = etcdtest.NewClient(t, []string{px[0].URL()}, opts...)
 	return c, func() {
 		c.SetEndpoints(px[0].URL(), px[1].URL())
 		// Let the balancer connect to m1 before m0 goes silent: a read

@@ -1,0 +1,341 @@
+package concurrency
+
+// This file holds the stream that sessions renew their leases on: every
+// session of one client sends its renewals on one LeaseKeepAlive stream,
+// as etcd's package does, rather than opening a stream for each renewal
+// (KeepAliveOnce). A renewal that a stream keeps waiting is sent again on
+// a new stream, so that a silent connection or a slow stream holds up no
+// session (see renewer.renew).
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+)
+
+// renewers holds each client's renewer while a session of the client
+// renews its lease.
+var renewers = struct {
+	sync.Mutex
+	m map[*clientv3.Client]*renewer
+}{m: make(map[*clientv3.Client]*renewer)}
+
+// renewer sends the renewals of one client's sessions.
+//
+// etcd answers a stream's renewals one at a time, in the order they came
+// (its LeaseServer receives one, renews, answers, and only then receives
+// the next), so each stream answers its renewals in the order they were
+// sent, and an answer is matched to the oldest renewal sent on its stream
+// and not yet answered. A renewal's answer is so always the answer to a
+// request sent after the renewal began: the lease was renewed no earlier
+// than that, which is what the session's deadline counts on.
+type renewer struct {
+	client *clientv3.Client
+	lc     pb.LeaseClient
+	users  int // sessions that renew with it; guarded by renewers' mutex
+
+	mu      sync.Mutex                // guards cur, streams and every stream's fields below kick
+	cur     *renewStream              // where new renewals go; nil before the first, or once it failed
+	streams map[*renewStream]struct{} // the streams not yet ended
+}
+
+// renewStream is one LeaseKeepAlive stream of a renewer.
+type renewStream struct {
+	cancel context.CancelFunc // ends the stream and its goroutines
+	kick   chan struct{}      // wakes the sender; holds one token at most
+	avoid  map[string]bool    // the addresses of streams that kept renewals waiting when it was opened
+
+	addr string // the member's address, once the stream is open
+
+	unsent  []*renewal // waiting for the sender, oldest first
+	pending []*renewal // sent, not answered, oldest first
+	waiting map[int64]int
+	// waiting counts, by lease, the renewals in unsent or pending whose
+	// caller still waits for them; live is their sum.
+	live   int
+	failed bool // the stream ended: nothing more is sent on it
+}
+
+// renewal is one renewal sent on a renewStream.
+type renewal struct {
+	id      int64
+	waiting bool             // its caller still waits; guarded by renewer.mu
+	answer  chan renewAnswer // holds the answer (one at most)
+}
+
+// renewAnswer is the answer to a renewal: etcd's, or why there is none.
+type renewAnswer struct {
+	resp *pb.LeaseKeepAliveResponse
+	err  error
+}
+
+// useRenewer returns client's renewer and counts one more session that
+// renews with it, until the returned function is called; with no
+// renewer, when client has no gRPC connection of its own (see
+// grantLease), that function does nothing.
+func useRenewer(client *clientv3.Client) (*renewer, func()) {
+	conn := client.ActiveConnection()
+	if conn == nil {
+		return nil, func() {}
+	}
+	renewers.Lock()
+	defer renewers.Unlock()
+	r := renewers.m[client]
+	if r == nil {
+		r = &renewer{client: client, lc: pb.NewLeaseClient(conn), streams: make(map[*renewStream]struct{})}
+		renewers.m[client] = r
+	}
+	r.users++
+	var once sync.Once
+	return r, func() { once.Do(r.release) }
+}
+
+// release counts one session fewer, and with the last one ends the
+// renewer's stream and forgets the renewer.
+func (r *renewer) release() {
+	renewers.Lock()
+	defer renewers.Unlock()
+	r.users--
+	if r.users > 0 {
+		return
+	}
+	delete(renewers.m, r.client)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.cur; s != nil {
+		r.cur = nil
+		r.fail(s, context.Canceled)
+	}
+}
+
+// keepAliveOnce renews lease id once, as client.KeepAliveOnce does: on
+// r's stream, or, with no renewer, on a stream of its own.
+func keepAliveOnce(ctx context.Context, r *renewer, client *clientv3.Client, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+	if r == nil {
+		return client.KeepAliveOnce(ctx, id)
+	}
+	resp, err := r.renew(ctx, int64(id))
+	if err != nil {
+		return nil, err
+	}
+	return &clientv3.LeaseKeepAliveResponse{ResponseHeader: resp.GetHeader(), ID: id, TTL: resp.TTL}, nil
+}
+
+// renew sends one renewal of lease id and waits for its answer or for ctx
+// to end. It returns rpctypes.ErrLeaseNotFound if etcd no longer has the
+// lease, and the stream's error, as clientv3 returns etcd's errors, if the
+// stream ended first.
+//
+// It goes on the current stream, unless that stream has maxStreamDepth
+// renewals not yet answered (etcd answers a stream's renewals one at a
+// time, so a stream of a client with many sessions can fall behind a
+// leader that is slow to answer each: the renewal goes on a new stream,
+// which becomes the current one), or already has a renewal of the same
+// lease whose caller waits: that renewal is one that
+// ask has sent again (see ask), because its stream kept it waiting too
+// long, so this one goes on a new stream, which becomes the current
+// stream. The new stream is opened on a connection to another member than
+// the streams that keep renewals waiting, if the client has one (see
+// openStream): renewals that all share a silent connection have no
+// answer to show that it is silent (see answers.lost), so each would wait
+// there until ask gives it up. The stream left is closed once no caller
+// waits for a renewal sent on it. A renewal whose caller
+// stopped waiting stays on its stream until it is answered, and its
+// answer is dropped.
+func (r *renewer) renew(ctx context.Context, id int64) (*pb.LeaseKeepAliveResponse, error) {
+	rn := &renewal{id: id, waiting: true, answer: make(chan renewAnswer, 1)}
+	r.mu.Lock()
+	s := r.cur
+	if s == nil || s.waiting[id] > 0 || len(s.unsent)+len(s.pending) >= maxStreamDepth {
+		old := r.cur
+		s = r.open(old != nil && old.waiting[id] > 0)
+		r.cur = s
+		if old != nil {
+			r.closeIfIdle(old)
+		}
+	}
+	s.unsent = append(s.unsent, rn)
+	s.waiting[id]++
+	s.live++
+	r.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+
+	select {
+	case a := <-rn.answer:
+		return a.resp, a.err
+	case <-ctx.Done():
+		r.mu.Lock()
+		if rn.waiting {
+			r.forget(s, rn)
+			r.closeIfIdle(s)
+		}
+		r.mu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+// maxStreamDepth is how many renewals a stream may have sent and not
+// answered, or waiting to be sent, before the next goes on a new stream:
+// a renewal waits behind at most that many on its stream.
+const maxStreamDepth = 16
+
+// open starts a stream for r and returns it; r.mu is held. If avoid, the
+// stream avoids the members of the streams open that keep renewals
+// waiting.
+func (r *renewer) open(avoid bool) *renewStream {
+	ctx, cancel := context.WithCancel(r.client.Ctx())
+	s := &renewStream{cancel: cancel, kick: make(chan struct{}, 1), avoid: make(map[string]bool), waiting: make(map[int64]int)}
+	for o := range r.streams {
+		if avoid && o.live > 0 && o.addr != "" {
+			s.avoid[o.addr] = true
+		}
+	}
+	r.streams[s] = struct{}{}
+	go r.send(ctx, s)
+	return s
+}
+
+// openStream opens a LeaseKeepAlive stream on ctx, and returns it and its
+// member's address. It waits for a connection that is ready, as
+// clientv3's requests do. A stream that the client's balancer puts on a
+// member in avoid is closed and another opened (the balancer picks round
+// robin), up to once per endpoint of the client; the last is kept
+// whatever its member.
+func (r *renewer) openStream(ctx context.Context, avoid map[string]bool) (pb.Lease_LeaseKeepAliveClient, string, error) {
+	for tries := len(r.client.Endpoints()); ; tries-- {
+		sctx, cancel := context.WithCancel(ctx)
+		ks, err := r.lc.LeaseKeepAlive(sctx, grpc.WaitForReady(true))
+		if err != nil {
+			cancel()
+			return nil, "", rpcErr(ctx, err)
+		}
+		var addr string
+		if p, ok := peer.FromContext(ks.Context()); ok && p.Addr != nil {
+			addr = p.Addr.String()
+		}
+		if !avoid[addr] || tries <= 1 {
+			context.AfterFunc(ctx, cancel)
+			return ks, addr, nil
+		}
+		cancel()
+	}
+}
+
+// send opens s's gRPC stream (see openStream), starts its receiver, and
+// sends s's renewals in order until the stream ends.
+func (r *renewer) send(ctx context.Context, s *renewStream) {
+	ks, addr, err := r.openStream(ctx, s.avoid)
+	r.mu.Lock()
+	s.addr = addr
+	if err != nil {
+		r.fail(s, err)
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return
+	}
+	go r.receive(ctx, s, ks)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+		}
+		for {
+			r.mu.Lock()
+			if s.failed || len(s.unsent) == 0 {
+				r.mu.Unlock()
+				break
+			}
+			rn := s.unsent[0]
+			s.unsent = s.unsent[1:]
+			s.pending = append(s.pending, rn)
+			r.mu.Unlock()
+			// A failed Send ends the stream; receive gets its error.
+			if ks.Send(&pb.LeaseKeepAliveRequest{ID: rn.id}) != nil {
+				return
+			}
+		}
+	}
+}
+
+// receive hands each answer on ks to the oldest renewal sent on s and not
+// yet answered, until the stream ends; then it fails s with the stream's
+// error.
+func (r *renewer) receive(ctx context.Context, s *renewStream, ks pb.Lease_LeaseKeepAliveClient) {
+	for {
+		resp, err := ks.Recv()
+		r.mu.Lock()
+		switch {
+		case err != nil:
+			r.fail(s, rpcErr(ctx, err))
+		case len(s.pending) == 0 || s.pending[0].id != resp.ID:
+			r.fail(s, fmt.Errorf("concurrency: keepalive answer for lease %x out of order", resp.ID))
+		default:
+			rn := s.pending[0]
+			s.pending = s.pending[1:]
+			a := renewAnswer{resp: resp}
+			if resp.TTL <= 0 {
+				a = renewAnswer{err: rpctypes.ErrLeaseNotFound}
+			}
+			r.answer(s, rn, a)
+			r.closeIfIdle(s)
+			r.mu.Unlock()
+			continue
+		}
+		r.mu.Unlock()
+		return
+	}
+}
+
+// answer gives rn its answer, if its caller still waits; r.mu is held.
+func (r *renewer) answer(s *renewStream, rn *renewal, a renewAnswer) {
+	if rn.waiting {
+		r.forget(s, rn)
+		rn.answer <- a
+	}
+}
+
+// forget stops counting rn as waited for; r.mu is held.
+func (r *renewer) forget(s *renewStream, rn *renewal) {
+	rn.waiting = false
+	s.live--
+	if s.waiting[rn.id]--; s.waiting[rn.id] == 0 {
+		delete(s.waiting, rn.id)
+	}
+}
+
+// fail ends s: its waiting renewals get err, and no renewal goes to it
+// again; r.mu is held.
+func (r *renewer) fail(s *renewStream, err error) {
+	if s.failed {
+		return
+	}
+	s.failed = true
+	s.cancel()
+	delete(r.streams, s)
+	if r.cur == s {
+		r.cur = nil
+	}
+	for _, rn := range append(s.pending, s.unsent...) {
+		r.answer(s, rn, renewAnswer{err: err})
+	}
+	s.pending, s.unsent = nil, nil
+}
+
+// closeIfIdle ends s if it is no longer current and nobody waits for a
+// renewal sent on it; r.mu is held.
+func (r *renewer) closeIfIdle(s *renewStream) {
+	if s != r.cur && s.live == 0 {
+		r.fail(s, context.Canceled)
+	}
+}

@@ -1,0 +1,34 @@
+package concurrency
+
+import (
+	"testing"
+	"time"
+)
+
+// A renewal is sent on the grid, up to renewGrid before TTL/3, never
+// after; with a TTL too short for the grid, at TTL/3.
+func TestRenewIn(t *testing.T) {
+	for _, ttl := range []time.Duration{6 * time.Second, 60 * time.Second, 90 * time.Second} {
+		s := &Session{ttl: ttl}
+		for range 50 {
+			before := time.Now()
+			d := s.renewIn()
+			after := time.Now()
+			if d > ttl/3 || d <= ttl/3-renewGrid {
+				t.Fatalf("TTL %v: renewIn %v, want in (%v, %v]", ttl, d, ttl/3-renewGrid, ttl/3)
+			}
+			// The send time is on the grid, as seen at some instant
+			// between the two readings of the clock.
+			lo, hi := before.Add(d).UnixNano(), after.Add(d).UnixNano()
+			if lo/int64(renewGrid) == hi/int64(renewGrid) && lo%int64(renewGrid) != 0 {
+				t.Fatalf("TTL %v: a renewal at %v is off the %v grid", ttl, before.Add(d), renewGrid)
+			}
+			time.Sleep(7 * time.Millisecond)
+		}
+	}
+	for _, ttl := range []time.Duration{time.Second, 3 * time.Second, 5 * time.Second} {
+		if d := (&Session{ttl: ttl}).renewIn(); d != ttl/3 {
+			t.Fatalf("TTL %v: renewIn %v, want TTL/3", ttl, d)
+		}
+	}
+}

@@ -1,0 +1,216 @@
+package concurrency_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/seed-a9d410c6/concurrency"
+	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+)
+
+// Issue 42: a client's sessions renew their leases on one LeaseKeepAlive
+// stream, as etcd's package does, not on a stream per renewal.
+
+// keepAliveCounter counts, for a client, the LeaseKeepAlive streams it
+// opens, the renewals it sends on them and the answers it receives.
+type keepAliveCounter struct{ streams, sent, answered atomic.Int64 }
+
+func (kc *keepAliveCounter) option(cfg *clientv3.Config) {
+	cfg.DialOptions = append(cfg.DialOptions,
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || method != "/etcdserverpb.Lease/LeaseKeepAlive" {
+				return cs, err
+			}
+			kc.streams.Add(1)
+			return keepAliveCounting{cs, kc}, nil
+		}))
+}
+
+type keepAliveCounting struct {
+	grpc.ClientStream
+	kc *keepAliveCounter
+}
+
+func (s keepAliveCounting) SendMsg(m any) error {
+	if _, ok := m.(*pb.LeaseKeepAliveRequest); ok {
+		s.kc.sent.Add(1)
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+func (s keepAliveCounting) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil {
+		s.kc.answered.Add(1)
+	}
+	return err
+}
+
+// Ten sessions of TTL 3 s renew every second; after 60 renewals (about 6
+// each), the client has opened one stream for them, or a few if a renewal
+// had to be sent again (a loaded machine), never one per renewal; every
+// session is alive, its lease too. Once they are closed, the stream ends
+// (the leak check), and a new session opens another.
+func TestSessionsShareRenewalStream(t *testing.T) {
+	etcdtest.Begin(t)
+	var kc keepAliveCounter
+	c := sharedClient(t, kc.option)
+
+	const n = 10
+	var ss []*concurrency.Session
+	for range n {
+		s, err := concurrency.NewSession(c, concurrency.WithTTL(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ss = append(ss, s)
+	}
+	etcdtest.Eventually(t, 30*time.Second, func() bool { return kc.answered.Load() >= 6*n },
+		"the sessions renewed %d times, want %d", kc.answered.Load(), 6*n)
+	if st := kc.streams.Load(); st > 3 {
+		t.Fatalf("%d renewals answered on %d LeaseKeepAlive streams, want one stream (a few at most)", kc.answered.Load(), st)
+	}
+	for _, s := range ss {
+		select {
+		case <-s.Done():
+			t.Fatalf("session %x ended: %v", s.Lease(), context.Cause(s.Ctx()))
+		default:
+		}
+		ttl, err := c.TimeToLive(t.Context(), s.Lease())
+		if err != nil || ttl.TTL <= 0 {
+			t.Fatalf("lease %x: TTL %v, %v: want it alive", s.Lease(), ttl, err)
+		}
+	}
+	for _, s := range ss {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	opened, answered := kc.streams.Load(), kc.answered.Load()
+	s, err := concurrency.NewSession(c, concurrency.WithTTL(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	etcdtest.Eventually(t, 20*time.Second, func() bool { return kc.answered.Load() >= answered+2 },
+		"the new session did not renew")
+	if kc.streams.Load() == opened {
+		t.Fatalf("the new session renewed on the closed sessions' stream")
+	}
+}
+
+// A client's sessions whose shared renewal stream sits on a connection
+// that goes silent (clientv3's default configuration, no gRPC keepalive)
+// keep their leases: each renewal left waiting there is sent again on a
+// new stream, which the balancer puts on the other member, and the
+// stream after stays there. Synchronised on renewals answered after the
+// silence: four per session, more than a TTL's worth, with no session
+// ended.
+func TestSessionsRenewOffSilentStream(t *testing.T) {
+	etcdtest.Begin(t)
+	var kc keepAliveCounter
+	c, silence := halfOpenClient(t, kc.option)
+
+	const n = 5
+	var ss []*concurrency.Session
+	for range n {
+		s, err := concurrency.NewSession(c, concurrency.WithTTL(halfOpenTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ss = append(ss, s)
+	}
+	// The stream is opened, on the first member's connection, with the
+	// first renewals.
+	etcdtest.Eventually(t, 30*time.Second, func() bool { return kc.answered.Load() >= n },
+		"no renewal answered before the silence")
+	silence()
+	answered := kc.answered.Load()
+	etcdtest.Eventually(t, 60*time.Second, func() bool {
+		for _, s := range ss {
+			select {
+			case <-s.Done():
+				t.Fatalf("session %x ended after the silence: %v", s.Lease(), context.Cause(s.Ctx()))
+			default:
+			}
+		}
+		return kc.answered.Load() >= answered+4*n
+	}, "the sessions renewed %d times after the silence, want %d", kc.answered.Load()-answered, 4*n)
+}
+
+// slowKeepAlives makes each answer on a client's LeaseKeepAlive streams
+// arrive d after the one before it on the same stream, as a leader too
+// busy to answer a stream's renewals faster would (etcd answers a
+// stream's renewals one at a time).
+func slowKeepAlives(d time.Duration) func(*clientv3.Config) {
+	return func(cfg *clientv3.Config) {
+		cfg.DialOptions = append(cfg.DialOptions,
+			grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				cs, err := streamer(ctx, desc, cc, method, opts...)
+				if err != nil || method != "/etcdserverpb.Lease/LeaseKeepAlive" {
+					return cs, err
+				}
+				return slowStream{cs, d}, nil
+			}))
+	}
+}
+
+type slowStream struct {
+	grpc.ClientStream
+	d time.Duration
+}
+
+func (s slowStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil {
+		select {
+		case <-time.After(s.d):
+		case <-s.Context().Done():
+		}
+	}
+	return err
+}
+
+// A stream answers renewals one at a time, so one stream can fall behind
+// a client's sessions: here each stream answers one renewal each 50 ms
+// (20 a second), and 120 sessions of TTL 6 s need 60 a second. The
+// renewals must spread over more streams, and every session live after
+// each has renewed five times (more than a TTL's worth).
+func TestSessionsRenewalsOutgrowOneStream(t *testing.T) {
+	etcdtest.Begin(t)
+	var kc keepAliveCounter
+	c := sharedClient(t, kc.option, slowKeepAlives(50*time.Millisecond))
+
+	const n = 120
+	var ss []*concurrency.Session
+	for range n {
+		s, err := concurrency.NewSession(c, concurrency.WithTTL(6))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ss = append(ss, s)
+	}
+	answered := kc.answered.Load()
+	etcdtest.Eventually(t, 90*time.Second, func() bool {
+		for _, s := range ss {
+			select {
+			case <-s.Done():
+				t.Fatalf("session %x ended: %v (%d renewals answered on %d streams)", s.Lease(), context.Cause(s.Ctx()), kc.answered.Load(), kc.streams.Load())
+			default:
+			}
+		}
+		return kc.answered.Load() >= answered+5*n
+	}, "the sessions renewed %d times, want %d", kc.answered.Load()-answered, 5*n)
+	t.Logf("%d renewals answered on %d streams", kc.answered.Load(), kc.streams.Load())
+}
