@@ -10,6 +10,7 @@ package concurrency
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -28,13 +29,15 @@ var renewers = struct {
 
 // renewer sends the renewals of one client's sessions.
 //
-// etcd answers a stream's renewals one at a time, in the order they came
-// (its LeaseServer receives one, renews, answers, and only then receives
-// the next), so each stream answers its renewals in the order they were
-// sent, and an answer is matched to the oldest renewal sent on its stream
-// and not yet answered. A renewal's answer is so always the answer to a
-// request sent after the renewal began: the lease was renewed no earlier
-// than that, which is what the session's deadline counts on.
+// An answer names its lease, and is matched to the oldest renewal of that
+// lease sent on its stream and not yet answered. etcd's members answer a
+// stream's renewals one at a time, in the order they came (the
+// LeaseServer receives one, renews, answers, and only then receives the
+// next), so a renewal's answer is always the answer to a request sent
+// after the renewal began: the lease was renewed no earlier than that,
+// which is what the session's deadline counts on. etcd's gRPC proxy
+// (`etcd grpc-proxy`) answers the renewals of different leases in any
+// order, each lease's in order, hence the match by lease.
 type renewer struct {
 	client *clientv3.Client
 	lc     pb.LeaseClient
@@ -268,21 +271,26 @@ func (r *renewer) send(ctx context.Context, s *renewStream) {
 	}
 }
 
-// receive hands each answer on ks to the oldest renewal sent on s and not
-// yet answered, until the stream ends; then it fails s with the stream's
-// error.
+// receive hands each answer on ks to the oldest renewal of its lease sent
+// on s and not yet answered, until the stream ends; then it fails s with
+// the stream's error. An answer for a lease with no renewal sent is a
+// broken stream: it fails s.
 func (r *renewer) receive(ctx context.Context, s *renewStream, ks pb.Lease_LeaseKeepAliveClient) {
 	for {
 		resp, err := ks.Recv()
 		r.mu.Lock()
+		i := -1
+		if err == nil {
+			i = slices.IndexFunc(s.pending, func(rn *renewal) bool { return rn.id == resp.ID })
+		}
 		switch {
 		case err != nil:
 			r.fail(s, rpcErr(ctx, err))
-		case len(s.pending) == 0 || s.pending[0].id != resp.ID:
-			r.fail(s, fmt.Errorf("concurrency: keepalive answer for lease %x out of order", resp.ID))
+		case i < 0:
+			r.fail(s, fmt.Errorf("concurrency: keepalive answer for lease %x, which no renewal on the stream asked for", resp.ID))
 		default:
-			rn := s.pending[0]
-			s.pending = s.pending[1:]
+			rn := s.pending[i]
+			s.pending = slices.Delete(s.pending, i, i+1)
 			a := renewAnswer{resp: resp}
 			if resp.TTL <= 0 {
 				a = renewAnswer{err: rpctypes.ErrLeaseNotFound}

@@ -2,12 +2,14 @@ package concurrency_test
 
 import (
 	"context"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/proxy/grpcproxy"
 	"google.golang.org/grpc"
 
 	"github.com/seed-a9d410c6/concurrency"
@@ -53,31 +55,42 @@ func (s keepAliveCounting) RecvMsg(m any) error {
 	return err
 }
 
-// Ten sessions of TTL 3 s renew every second; after 60 renewals (about 6
-// each), the client has opened one stream for them, or a few if a renewal
-// had to be sent again (a loaded machine), never one per renewal; every
-// session is alive, its lease too. Once they are closed, the stream ends
-// (the leak check), and a new session opens another.
-func TestSessionsShareRenewalStream(t *testing.T) {
-	etcdtest.Begin(t)
-	var kc keepAliveCounter
-	c := sharedClient(t, kc.option)
-
-	const n = 10
+// renewingSessions opens n sessions of TTL ttl seconds on c, closed when
+// the test ends.
+func renewingSessions(t *testing.T, c *clientv3.Client, n, ttl int) []*concurrency.Session {
+	t.Helper()
 	var ss []*concurrency.Session
 	for range n {
-		s, err := concurrency.NewSession(c, concurrency.WithTTL(3))
+		s, err := concurrency.NewSession(c, concurrency.WithTTL(ttl))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer s.Close()
+		t.Cleanup(func() { s.Close() })
 		ss = append(ss, s)
 	}
-	etcdtest.Eventually(t, 30*time.Second, func() bool { return kc.answered.Load() >= 6*n },
-		"the sessions renewed %d times, want %d", kc.answered.Load(), 6*n)
-	if st := kc.streams.Load(); st > 3 {
-		t.Fatalf("%d renewals answered on %d LeaseKeepAlive streams, want one stream (a few at most)", kc.answered.Load(), st)
-	}
+	return ss
+}
+
+// renewUntil waits up to within until kc has seen want answers, and fails
+// the test as soon as one of ss ends.
+func (kc *keepAliveCounter) renewUntil(t *testing.T, within time.Duration, ss []*concurrency.Session, want int64) {
+	t.Helper()
+	etcdtest.Eventually(t, within, func() bool {
+		for _, s := range ss {
+			select {
+			case <-s.Done():
+				t.Fatalf("session %x ended: %v (%d renewals answered on %d streams)", s.Lease(), context.Cause(s.Ctx()), kc.answered.Load(), kc.streams.Load())
+			default:
+			}
+		}
+		return kc.answered.Load() >= want
+	}, "%d renewals answered, want %d", kc.answered.Load(), want)
+}
+
+// checkAlive fails the test unless every session of ss lives, and etcd
+// (asked through c) still has its lease.
+func checkAlive(t *testing.T, c *clientv3.Client, ss []*concurrency.Session) {
+	t.Helper()
 	for _, s := range ss {
 		select {
 		case <-s.Done():
@@ -89,6 +102,26 @@ func TestSessionsShareRenewalStream(t *testing.T) {
 			t.Fatalf("lease %x: TTL %v, %v: want it alive", s.Lease(), ttl, err)
 		}
 	}
+}
+
+// Ten sessions of TTL 3 s renew every second; after 60 renewals (about 6
+// each), the client has opened one stream for them, or a few if a renewal
+// had to be sent again (a loaded machine), never one per renewal; every
+// session is alive, its lease too. Once they are closed, the stream ends
+// (the leak check), and a new session opens another.
+func TestSessionsShareRenewalStream(t *testing.T) {
+	etcdtest.Begin(t)
+	var kc keepAliveCounter
+	c := sharedClient(t, kc.option)
+
+	const n = 10
+	ss := renewingSessions(t, c, n, 3)
+	etcdtest.Eventually(t, 30*time.Second, func() bool { return kc.answered.Load() >= 6*n },
+		"the sessions renewed %d times, want %d", kc.answered.Load(), 6*n)
+	if st := kc.streams.Load(); st > 3 {
+		t.Fatalf("%d renewals answered on %d LeaseKeepAlive streams, want one stream (a few at most)", kc.answered.Load(), st)
+	}
+	checkAlive(t, c, ss)
 	for _, s := range ss {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
@@ -121,31 +154,14 @@ func TestSessionsRenewOffSilentStream(t *testing.T) {
 	c, silence := halfOpenClient(t, kc.option)
 
 	const n = 5
-	var ss []*concurrency.Session
-	for range n {
-		s, err := concurrency.NewSession(c, concurrency.WithTTL(halfOpenTTL))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		ss = append(ss, s)
-	}
+	ss := renewingSessions(t, c, n, halfOpenTTL)
 	// The stream is opened, on the first member's connection, with the
 	// first renewals.
 	etcdtest.Eventually(t, 30*time.Second, func() bool { return kc.answered.Load() >= n },
 		"no renewal answered before the silence")
 	silence()
 	answered := kc.answered.Load()
-	etcdtest.Eventually(t, 60*time.Second, func() bool {
-		for _, s := range ss {
-			select {
-			case <-s.Done():
-				t.Fatalf("session %x ended after the silence: %v", s.Lease(), context.Cause(s.Ctx()))
-			default:
-			}
-		}
-		return kc.answered.Load() >= answered+4*n
-	}, "the sessions renewed %d times after the silence, want %d", kc.answered.Load()-answered, 4*n)
+	kc.renewUntil(t, 60*time.Second, ss, answered+4*n)
 }
 
 // slowKeepAlives makes each answer on a client's LeaseKeepAlive streams
@@ -192,25 +208,60 @@ func TestSessionsRenewalsOutgrowOneStream(t *testing.T) {
 	c := sharedClient(t, kc.option, slowKeepAlives(50*time.Millisecond))
 
 	const n = 120
-	var ss []*concurrency.Session
-	for range n {
-		s, err := concurrency.NewSession(c, concurrency.WithTTL(6))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		ss = append(ss, s)
-	}
+	ss := renewingSessions(t, c, n, 6)
 	answered := kc.answered.Load()
-	etcdtest.Eventually(t, 90*time.Second, func() bool {
-		for _, s := range ss {
-			select {
-			case <-s.Done():
-				t.Fatalf("session %x ended: %v (%d renewals answered on %d streams)", s.Lease(), context.Cause(s.Ctx()), kc.answered.Load(), kc.streams.Load())
-			default:
-			}
-		}
-		return kc.answered.Load() >= answered+5*n
-	}, "the sessions renewed %d times, want %d", kc.answered.Load()-answered, 5*n)
+	kc.renewUntil(t, 90*time.Second, ss, answered+5*n)
 	t.Logf("%d renewals answered on %d streams", kc.answered.Load(), kc.streams.Load())
+}
+
+// grpcProxy serves etcd's gRPC proxy (its KV and lease servers, as `etcd
+// grpc-proxy start` does) on a loopback port in front of the shared
+// cluster, and returns its address. The proxy renews each lease with its
+// own client's KeepAlive and answers a stream's renewals of different
+// leases in whatever order those answers come back.
+func grpcProxy(t *testing.T) string {
+	t.Helper()
+	backend := sharedClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	kvp, kvDone := grpcproxy.NewKvProxy(backend)
+	lp, leaseDone := grpcproxy.NewLeaseProxy(ctx, backend)
+	srv := grpc.NewServer()
+	pb.RegisterKVServer(srv, kvp)
+	pb.RegisterLeaseServer(srv, lp)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(l)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-served
+		cancel()
+		<-leaseDone
+		_ = kvDone
+	})
+	return l.Addr().String()
+}
+
+// Sessions renewing through etcd's gRPC proxy keep their leases. The
+// proxy answers the renewals of one stream per lease, so the answers of
+// different leases come back in any order: each must reach its own
+// lease's renewal (matched in the order sent, the sessions expired within
+// 6 s). Twenty sessions of TTL 6 s renew every 2 s; after 8 renewals each
+// (more than two TTLs), every session and its lease are alive.
+func TestSessionsRenewThroughGRPCProxy(t *testing.T) {
+	etcdtest.Begin(t)
+	addr := grpcProxy(t)
+	var kc keepAliveCounter
+	c := etcdtest.NewClient(t, []string{addr}, kc.option)
+
+	const n = 20
+	ss := renewingSessions(t, c, n, 6)
+	kc.renewUntil(t, 60*time.Second, ss, 8*n)
+	checkAlive(t, sharedClient(t), ss)
+	t.Logf("%d renewals answered on %d LeaseKeepAlive streams", kc.answered.Load(), kc.streams.Load())
 }
