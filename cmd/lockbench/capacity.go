@@ -38,7 +38,7 @@ func runCapacity(ctx context.Context, cfg config, w io.Writer) error {
 	cfg.etcdBinary = bin
 	fmt.Fprintf(w, "# lockbench -capacity: what N idle sessions, holds and waiters cost\n\n")
 	fmt.Fprintf(w, "- machine: %s\n- cluster: a fresh cluster of %d etcd server processes per row (%s, etcd's default flags, fsync on, data in the system's temporary directory); this process runs only the clients: %d of them, sessions round robin, holders' sessions first\n", machine(), cfg.members, etcdproc.ServerPackage, cfg.clients)
-	fmt.Fprintf(w, "- session TTL %d s; idle window %v per row; setup and drain bounded by %v each\n- load average at the start: %s\n\n", lockbench.SessionTTL, cfg.capWindow, cfg.capBound, load0)
+	fmt.Fprintf(w, "- session TTL %d s; idle window %v per row; setup and drain bounded by %v each; waiters call Lock %s\n- load average at the start: %s\n\n", lockbench.SessionTTL, cfg.capWindow, cfg.capBound, startRate(cfg.capRate), load0)
 	fmt.Fprintf(w, "Client: this process's live heap (after a full GC), goroutine stacks (`runtime.MemStats.StackInuse`) and goroutines above the baseline taken with the clients connected, before the first session. Server: the members' `%s` and `%s` above the fresh cluster's, summed over the members, and the largest member's; CPU over the idle window, summed over the members (`%s`), and this process's (the clients'), as a share of one core. Watchers and watch streams: `%s` and `%s` summed over the members. Requests per minute: what the clients sent over the idle window, by method (keepalives are the messages on the keepalive stream; progress requests are watch requests), scaled to a minute.\n\n",
 		lockbench.MetricRSS, lockbench.MetricHeap, lockbench.MetricCPU, lockbench.WatcherMetric, lockbench.WatchStreamMetric)
 	t := newTable("scenario", "N", "pkg", "sessions", "setup", "client heap", "stacks", "goroutines", "watchers", "streams", "server RSS Σ / max", "server heap Σ", "server CPU", "client CPU", "keepalive/min", "progress/min", "other/min", "first handoff", "drain", "gap early / late")
@@ -94,7 +94,7 @@ func capacityRow(ctx context.Context, cfg config, impl lockbench.Impl, sc string
 	}
 	defer closeClients()
 	progress("%s of %d, %s: building", sc, n, impl.Name)
-	r, err = lockbench.Capacity(ctx, lockbench.Env{Clients: cs}, &traffic, members, impl, sc, "/lockbench/capacity", n, cfg.capWindow, cfg.capBound)
+	r, err = lockbench.Capacity(ctx, lockbench.Env{Clients: cs}, &traffic, members, impl, sc, "/lockbench/capacity", n, cfg.capWindow, cfg.capBound, cfg.capRate)
 	if err == nil {
 		progress("%s of %d, %s: setup %v, drain %v", sc, n, impl.Name, r.Setup.Round(time.Millisecond), r.Drain.Round(time.Millisecond))
 	}
@@ -136,4 +136,12 @@ func capRow(w io.Writer, r lockbench.CapResult) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// startRate says how the waiters of a row start.
+func startRate(rate int) string {
+	if rate <= 0 {
+		return "all at once"
+	}
+	return fmt.Sprintf("at %d a second", rate)
 }

@@ -183,6 +183,7 @@ type config struct {
 	capImpls     []string
 	capWindow    time.Duration
 	capBound     time.Duration
+	capRate      int
 	// Profiles of this process over the whole run, if named.
 	cpuProfile, memProfile string
 	// rebalance group (rebalance.go)
@@ -305,6 +306,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&capImpls, "cap-impls", "ours,etcd", "-capacity: packages")
 	fs.DurationVar(&cfg.capWindow, "cap-window", 30*time.Second, "-capacity: idle window of each row, over which requests and server CPU are counted")
 	fs.DurationVar(&cfg.capBound, "cap-bound", 10*time.Minute, "-capacity: bound of each row's setup and of its drain")
+	fs.IntVar(&cfg.capRate, "cap-rate", 0, "-capacity: waiters that call Lock per second during a row's setup (0: all at once)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of this process over the run to this file (with -il-procs, of the clients alone)")
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "write an allocation profile of this process at the end of the run to this file")
 	fs.IntVar(&cfg.semSessions, "sem-sessions", 32, "sessions of the semaphore workload, each with one Semaphore cycling Acquire and Release (0: skip it)")
@@ -383,6 +385,9 @@ func parseFlags(args []string) (config, error) {
 			}
 			cfg.capScenarios = append(cfg.capScenarios, lockbench.CapScenarios[i-1])
 		}
+	}
+	if cfg.capRate < 0 || cfg.capRate > 1_000_000 {
+		return cfg, fmt.Errorf("-cap-rate: %d: want 0 (all at once) to 1000000", cfg.capRate)
 	}
 	for _, name := range strings.Split(capImpls, ",") {
 		if _, ok := lockbench.Named(strings.TrimSpace(name)); !ok {

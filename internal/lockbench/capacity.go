@@ -157,8 +157,9 @@ func capLayout(scenario string, n int) (holders, waiters, names int, err error) 
 // and goroutines, the members' metrics, and the clients' requests over
 // window with everything idle; drains the queue scenarios; and closes
 // everything, checking that pfx is left empty. bound limits the setup and
-// the drain each.
-func Capacity(ctx context.Context, env Env, traffic *Traffic, members []Member, impl Impl, scenario, pfx string, n int, window, bound time.Duration) (r CapResult, err error) {
+// the drain each. rate is how many waiters call Lock per second during the
+// setup; 0 starts them all at once.
+func Capacity(ctx context.Context, env Env, traffic *Traffic, members []Member, impl Impl, scenario, pfx string, n int, window, bound time.Duration, rate int) (r CapResult, err error) {
 	holders, waiters, names, err := capLayout(scenario, n)
 	if err != nil {
 		return r, err
@@ -242,7 +243,21 @@ func Capacity(ctx context.Context, env Env, traffic *Traffic, members []Member, 
 	)
 	errc := make(chan error, waiters)
 	if scenario != CapSessions {
+		var start <-chan time.Time
+		if rate > 0 {
+			t := time.NewTicker(time.Second / time.Duration(rate))
+			defer t.Stop()
+			start = t.C
+		}
 		for i, s := range ws {
+			if start != nil {
+				select {
+				case <-start:
+				case <-sctx.Done():
+					errc <- fmt.Errorf("%s: waiter not started: %w", impl.Name, sctx.Err())
+					continue
+				}
+			}
 			name := 0
 			if scenario == CapSpread {
 				name = i % names

@@ -62,7 +62,7 @@ func TestCapacity(t *testing.T) {
 	for _, impl := range []Impl{Ours, Etcd} {
 		for _, sc := range CapScenarios {
 			t.Run(fmt.Sprintf("%s/%s", impl.Name, sc), func(t *testing.T) {
-				r, err := Capacity(ctx, Env{Clients: cs}, &traffic, members, impl, sc, fmt.Sprintf("/cap-test/%s/%d", impl.Name, len(sc)), n, 200*time.Millisecond, time.Minute)
+				r, err := Capacity(ctx, Env{Clients: cs}, &traffic, members, impl, sc, fmt.Sprintf("/cap-test/%s/%d", impl.Name, len(sc)), n, 200*time.Millisecond, time.Minute, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
