@@ -223,7 +223,7 @@ func grpcProxy(t *testing.T) string {
 	t.Helper()
 	backend := sharedClient(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	kvp, kvDone := grpcproxy.NewKvProxy(backend)
+	kvp, _ := grpcproxy.NewKvProxy(backend) // its done channel is closed already
 	lp, leaseDone := grpcproxy.NewLeaseProxy(ctx, backend)
 	srv := grpc.NewServer()
 	pb.RegisterKVServer(srv, kvp)
@@ -242,7 +242,6 @@ func grpcProxy(t *testing.T) string {
 		<-served
 		cancel()
 		<-leaseDone
-		_ = kvDone
 	})
 	return l.Addr().String()
 }
