@@ -5,7 +5,8 @@
 // order the reader visits them, how many there are, and how many times
 // the reader returns to a file already left. A tail call is no return:
 // the reader comes back to a caller's file only if the caller goes on to
-// call something more with a context.
+// call something more with a context. With CTXPATH_V set, it also prints
+// the tree of functions it followed, with their files, on standard error.
 //
 // It is its own module, outside go.work, so that its dependency on
 // golang.org/x/tools reaches no other module:
@@ -69,9 +70,15 @@ func main() {
 		}
 	}
 	var walk func(fd *ast.FuncDecl)
+	depth := 0
 	walk = func(fd *ast.FuncDecl) {
 		seen[fd] = true
 		visit(files[fd])
+		if os.Getenv("CTXPATH_V") != "" {
+			fmt.Fprintf(os.Stderr, "%s%s (%s)\n", strings.Repeat("  ", depth), fd.Name.Name, files[fd])
+		}
+		depth++
+		defer func() { depth-- }()
 		ast.Inspect(fd.Body, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
