@@ -15,7 +15,7 @@ import (
 // This file holds the leases that the package grants and revokes: a
 // session's own (granted by NewSession, renewed in renewal.go), and a max
 // hold's or a lock-delay's, which nobody renews. A grant names its lease,
-// so that an attempt applied twice or late grants nothing new.
+// so that an attempt applied twice grants nothing new (see grantLease).
 
 // grantFor grants a lease of its own for d, rounded up to whole seconds,
 // that nobody renews (a max hold's, a lock-delay's), as grantLease does.
