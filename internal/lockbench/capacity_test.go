@@ -88,3 +88,32 @@ func TestCapacity(t *testing.T) {
 		}
 	}
 }
+
+// With a rate, the waiters call Lock one a tick (lockbench -cap-rate): the
+// setup cannot end before the last of them has started, and the queues
+// still hand over to every waiter.
+func TestCapacityRate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var traffic Traffic
+	clus, cs := startCluster(ctx, t, 1, 2, traffic.Option)
+	members := []Member{{Endpoint: clus.Endpoints[0]}}
+	const n, rate = 20, 50
+	for _, impl := range []Impl{Ours, Etcd} {
+		t.Run(impl.Name, func(t *testing.T) {
+			r, err := Capacity(ctx, Env{Clients: cs}, &traffic, members, impl, CapSpread, "/cap-rate-test/"+impl.Name, n, 200*time.Millisecond, time.Minute, rate)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, waiters, _, _ := capLayout(CapSpread, n)
+			// The k-th tick of a ticker comes k periods after it starts, at
+			// the earliest.
+			if least := time.Duration(waiters) * time.Second / rate; r.Setup < least {
+				t.Fatalf("setup %v for %d waiters at %d a second: under %v", r.Setup, waiters, rate, least)
+			}
+			if r.FirstHandoff <= 0 || r.Drain < r.FirstHandoff {
+				t.Fatalf("first handoff %v, drain %v", r.FirstHandoff, r.Drain)
+			}
+		})
+	}
+}
