@@ -51,7 +51,9 @@ func TestGaps(t *testing.T) {
 }
 
 // Each scenario builds, counts, drains and cleans up for both packages on
-// a small N; the queues hand over to every waiter.
+// a small N; the queues hand over to every waiter. With a rate
+// (lockbench -cap-rate), the waiters call Lock one a tick: the setup
+// cannot end before the last of them has started.
 func TestCapacity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -86,22 +88,9 @@ func TestCapacity(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// With a rate, the waiters call Lock one a tick (lockbench -cap-rate): the
-// setup cannot end before the last of them has started, and the queues
-// still hand over to every waiter.
-func TestCapacityRate(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	var traffic Traffic
-	clus, cs := startCluster(ctx, t, 1, 2, traffic.Option)
-	members := []Member{{Endpoint: clus.Endpoints[0]}}
-	const n, rate = 20, 50
-	for _, impl := range []Impl{Ours, Etcd} {
-		t.Run(impl.Name, func(t *testing.T) {
-			r, err := Capacity(ctx, Env{Clients: cs}, &traffic, members, impl, CapSpread, "/cap-rate-test/"+impl.Name, n, 200*time.Millisecond, time.Minute, rate)
+		t.Run(impl.Name+"/rate", func(t *testing.T) {
+			const rate = 50
+			r, err := Capacity(ctx, Env{Clients: cs}, &traffic, members, impl, CapSpread, "/cap-test/rate/"+impl.Name, n, 200*time.Millisecond, time.Minute, rate)
 			if err != nil {
 				t.Fatal(err)
 			}
