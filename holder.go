@@ -40,7 +40,7 @@ func newHolder(s *Session, pfx string) holder {
 // that waits can give up when its ctx ends. It is a channel of one token,
 // made on first use: its senders wait in turn, and a leave hands the token
 // to the first of them, so a goroutine that loops on Lock and Unlock never
-// starves another of the same Mutex (TestReviewWaitGateStarvation). The
+// starves another of the same Mutex (TestWaitGateStarvation). The
 // zero value is open.
 type gate struct {
 	once sync.Once

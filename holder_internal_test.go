@@ -12,7 +12,7 @@ import (
 // The gate lets one goroutine in at a time, and a goroutine whose ctx ends
 // while it waits, or as it is let in, neither loses the gate nor leaves it
 // held: after many such ends, the gate is open.
-func TestReviewWaitGateHandedAsCtxEnds(t *testing.T) {
+func TestWaitGateHandedAsCtxEnds(t *testing.T) {
 	var g gate
 	var inside, most atomic.Int32
 	var wg sync.WaitGroup

@@ -5,7 +5,7 @@ import "testing"
 // limitRange holds the values of its limit, of every weight, and none of
 // another limit's: limits that share leading digits (1, 10, 100), that
 // differ in their last digit (19, 20) or in length (9, 10; 999, 1000).
-func TestReviewWeightedLimitRange(t *testing.T) {
+func TestSemaphoreWeightedLimitRange(t *testing.T) {
 	var lims []int
 	for l := 1; l <= 120; l++ {
 		lims = append(lims, l)

@@ -257,7 +257,7 @@ func (st *stream) add(w *watch, key string, l liveness) {
 	case l.idle < st.l.idle || l.wait < st.l.wait:
 		// The probe's next run comes as soon as the new liveness asks:
 		// with a progress request out, once the new wait is over, not the
-		// old (TestReviewWaitShorterLivenessJoinsAsked). A run in
+		// old (TestWaitShorterLivenessJoinsAsked). A run in
 		// progress reschedules itself with it.
 		st.l = liveness{idle: min(l.idle, st.l.idle), wait: min(l.wait, st.l.wait)}
 		switch p := st.p; {
@@ -405,7 +405,7 @@ func (p *probe) run() {
 	// A stream heard from since the request is alive, whatever became of
 	// the probe's own watch: clientv3 creates it behind the stream's other
 	// creations, one at a time, and those may take longer than wait in all
-	// while etcd answers each (TestReviewWaitProbeBehindCreations).
+	// while etcd answers each (TestWaitProbeBehindCreations).
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	alive = alive || st.heardAt.Load() > p.asked.UnixNano()

@@ -78,7 +78,7 @@ func (h *holdEach) next(t *testing.T, what string) chan struct{} {
 // a later Campaign of the same session won and after a Proclaim: the
 // enqueue's Else branch ("update") then writes the cancelled call's value
 // over the live leader's.
-func TestReviewCancelledCampaignRewritesLeaderValue(t *testing.T) {
+func TestCancelledCampaignRewritesLeaderValue(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	h := newHoldEach(enqueueTxn)
@@ -121,7 +121,7 @@ func TestReviewCancelledCampaignRewritesLeaderValue(t *testing.T) {
 // time) on an orphaned session, which stays usable: Orphan stopped the
 // sweeper, so a key whose enqueue had an unknown outcome and was applied
 // late stayed for the life of the lease, which its new owner renews.
-func TestReviewOrphanedSessionLeavesLateKey(t *testing.T) {
+func TestOrphanedSessionLeavesLateKey(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	late := &lateTxn{release: make(chan struct{}), applied: make(chan error, 1)}
 	lc := sharedClient(t, late.option)
@@ -167,7 +167,7 @@ func TestReviewOrphanedSessionLeavesLateKey(t *testing.T) {
 // is granted without promote: the waiter behind it, which watches only that
 // key, is not told that it is now within the limit, and waits for the
 // adopted holder's release while a permit is free.
-func TestReviewSemaphoreAdoptedGrantLosesWakeup(t *testing.T) {
+func TestSemaphoreAdoptedGrantLosesWakeup(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	h := newHoldEach(enqueueTxn)

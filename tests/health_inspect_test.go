@@ -15,7 +15,7 @@ import (
 // keys are on leases of their own, while the health and owner records are
 // on the session's lease. Inspect must still show, for each held key,
 // the failing checks (the cause issue 29 asks it to show) and the owner.
-func TestReview29HealthInspectMaxHold(t *testing.T) {
+func TestHealthInspectMaxHold(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	owner := concurrency.Owner{Host: "host-r29", PID: 29, Label: "review"}

@@ -14,7 +14,7 @@ import (
 // A session whose health checks start failing while its Lock waits ends
 // the wait with ErrUnhealthy and leaves no key in the queue; the holder
 // is unaffected.
-func TestReviewHoldOptsHealthEndsWaiter(t *testing.T) {
+func TestHealthEndsWaiter(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	hs := newSession(t, c)

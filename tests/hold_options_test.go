@@ -18,7 +18,7 @@ import (
 // a max hold shorter than the delay, its key must not go (its own lease
 // expiring) while the delay still runs: a waiter of etcd's package queued
 // behind it would be granted within the delay.
-func TestReviewHoldOptsMaxHoldShorterThanLockDelay(t *testing.T) {
+func TestMaxHoldShorterThanLockDelay(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	const maxHold, delay = 2 * time.Second, 6 * time.Second
@@ -73,7 +73,7 @@ func TestReviewHoldOptsMaxHoldShorterThanLockDelay(t *testing.T) {
 // A lock-delay wait ends when its delay key is deleted from outside (an
 // operator clearing the delay): the waiter is granted then, not at the
 // delay's TTL nor never.
-func TestReviewHoldOptsLockDelayKeyDeletedFromOutside(t *testing.T) {
+func TestLockDelayKeyDeletedFromOutside(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	const delay = 60 * time.Second
@@ -106,7 +106,7 @@ func TestReviewHoldOptsLockDelayKeyDeletedFromOutside(t *testing.T) {
 // and an Election's Campaign and Resign write no key outside the lock's
 // own prefix (nothing under /_concurrency/), interoperating with etcd's
 // Mutex on the same name.
-func TestReviewHoldOptsDefaultWritesNoNewKeys(t *testing.T) {
+func TestHoldOptionsDefaultWritesNoNewKeys(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	keysUnder := func() int64 {

@@ -28,7 +28,7 @@ func etcdHolder(t *testing.T, name string) (*etcdconc.Session, *etcdconc.Mutex) 
 // a holder of etcd's package is granted at once after its Unlock (its
 // session alive), and only lock-delay later after its loss (its lease
 // revoked from outside, as when its session expires).
-func TestReview29LockDelayEtcdMutex(t *testing.T) {
+func TestLockDelayEtcdMutex(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		end   func(t *testing.T, es *etcdconc.Session, em *etcdconc.Mutex) error

@@ -19,7 +19,7 @@ import (
 // Lock still succeeds or fails cleanly, the key ends on a lease whose TTL
 // is the max hold's, Unlock leaves no key, and every lease the attempt
 // granted expires by itself within the max hold (none is left unbounded).
-func TestReviewHoldOptsMaxHoldGrantAnswerLost(t *testing.T) {
+func TestMaxHoldGrantAnswerLost(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	var armed atomic.Bool
 	var lost atomic.Int64

@@ -14,7 +14,7 @@ import (
 // is revoked from outside loses its key with that lease. The hold's cause
 // and the metrics must say the lease went (lost_lease), as they do for a
 // hold on the session's lease, not that someone deleted the key.
-func TestReview29MaxHoldLeaseRevokedCause(t *testing.T) {
+func TestMaxHoldLeaseRevokedCause(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	metrics, reg := newMetrics(t)

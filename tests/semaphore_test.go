@@ -828,7 +828,7 @@ func TestSemaphoreSetLimitRace(t *testing.T) {
 
 // A limit near the largest int: the weights of the keys are added, and
 // the sum must not wrap around to let a second holder in.
-func TestReviewWeightedHugeLimit(t *testing.T) {
+func TestSemaphoreWeightedHugeLimit(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	a := concurrency.NewSemaphore(newSession(t, c), pfx, math.MaxInt)
@@ -890,7 +890,7 @@ func TestReviewWeightedHugeLimit(t *testing.T) {
 // and one more: it resizes names of fewer keys than --max-txn-ops (128
 // here, etcd's default), and from that many on it returns etcd's error at
 // once, with nothing changed.
-func TestReviewWeightedSetLimitMaxTxnOps(t *testing.T) {
+func TestSemaphoreWeightedSetLimitMaxTxnOps(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	s := newSession(t, c)
@@ -934,7 +934,7 @@ func TestReviewWeightedSetLimitMaxTxnOps(t *testing.T) {
 
 // AcquireN whose ctx ends at any point (before the enqueue, during its
 // RPC, during the wait) leaves no key behind and disturbs no holder.
-func TestReviewWeightedCtxEnds(t *testing.T) {
+func TestSemaphoreWeightedCtxEnds(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	h := concurrency.NewSemaphore(newSession(t, c), pfx, 3)
@@ -972,7 +972,7 @@ func TestReviewWeightedCtxEnds(t *testing.T) {
 // The first waiter watches the name's range and its own key: a grow that
 // rewrites its key while its watch is down, with the history compacted
 // past the rewrite before the watch resumes, must still let it in.
-func TestReviewWeightedGrowWhileWatchDownCompacted(t *testing.T) {
+func TestSemaphoreWeightedGrowWhileWatchDownCompacted(t *testing.T) {
 	clus := bridgeCluster(t)
 	pfx := etcdtest.Begin(t)
 	hc := etcdtest.NewClient(t, []string{clus.Members[1].GRPCURL})
@@ -1008,7 +1008,7 @@ func TestReviewWeightedGrowWhileWatchDownCompacted(t *testing.T) {
 // A grow lets in, with no release, a waiter whose predecessor is itself a
 // waiter (it watches that key for its grant), not only the waiter behind
 // the holder: 3 held, weights 2 and 2 waiting under 4; under 7 all fit.
-func TestReviewWeightedGrowWakesWaiterBehindWaiter(t *testing.T) {
+func TestSemaphoreWeightedGrowWakesWaiterBehindWaiter(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	h := concurrency.NewSemaphore(newSession(t, c), pfx, 4)
@@ -1044,7 +1044,7 @@ func TestReviewWeightedGrowWakesWaiterBehindWaiter(t *testing.T) {
 // A key a Semaphore would adopt (its own key for weight n, left from an
 // earlier attempt) but whose value says another weight is refused, and
 // deleted, never judged with the caller's weight.
-func TestReviewWeightedAdoptOtherWeight(t *testing.T) {
+func TestSemaphoreWeightedAdoptOtherWeight(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	s := newSession(t, c)
@@ -1089,7 +1089,7 @@ func TestReviewWeightedAdoptOtherWeight(t *testing.T) {
 
 // SetLimit to the name's own limit writes nothing: rewriting every key
 // would wake every waiter to read again for nothing.
-func TestReviewWeightedSetLimitSame(t *testing.T) {
+func TestSemaphoreWeightedSetLimitSame(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	h := concurrency.NewSemaphore(newSession(t, c), pfx, 3)

@@ -16,7 +16,7 @@ import (
 // weights exceed the limit. The waiter must be granted as soon as the
 // holders left fit, whichever of them leaves, not only when the newest
 // one does.
-func TestReview29SetLimitShrinkOlderLeave(t *testing.T) {
+func TestSemaphoreSetLimitShrinkOlderLeave(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		weights        []int // of the holders, oldest first
@@ -67,7 +67,7 @@ func TestReview29SetLimitShrinkOlderLeave(t *testing.T) {
 // only once they are all released; meanwhile and while it holds, this
 // package's acquisitions on the name are refused (ErrLockKind) without
 // writing, and a SetLimit on it too.
-func TestReview29WeightedEtcdMutex(t *testing.T) {
+func TestSemaphoreWeightedEtcdMutex(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	a := concurrency.NewSemaphore(newSession(t, c), pfx, 3)

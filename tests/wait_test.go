@@ -25,7 +25,7 @@ import (
 // all at Unlock and lets in whoever comes first, and the goroutine that
 // unlocked comes first when it locks again at once: the one waiting may
 // wait for ever while another goroutine of the Mutex loops.
-func TestReviewWaitGateStarvation(t *testing.T) {
+func TestWaitGateStarvation(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	s := newSession(t, sharedClient(t))
 	m := concurrency.NewMutex(s, pfx)
@@ -135,7 +135,7 @@ func (s slowWatchStream) RecvMsg(m any) error {
 // are answered, one by one: the stream is heard from, and must not be
 // given up (doc.go: creation is not silence). Given up, every wait on it
 // reads again and watches anew on a new stream.
-func TestReviewWaitProbeBehindCreations(t *testing.T) {
+func TestWaitProbeBehindCreations(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	sw := &slowWatches{asked: make(chan time.Time, 1), created: make(chan time.Time, 1), release: make(chan struct{})}
 	c := sharedClient(t, sw.option)
@@ -214,7 +214,7 @@ func TestReviewWaitProbeBehindCreations(t *testing.T) {
 // created just after, and the stream goes silent at once: it must be
 // given up within 3.5 s, not when the 5 s of the first waiter's wait are
 // over.
-func TestReviewWaitShorterLivenessJoinsAsked(t *testing.T) {
+func TestWaitShorterLivenessJoinsAsked(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	sw := &slowWatches{asked: make(chan time.Time, 1), created: make(chan time.Time, 1), release: make(chan struct{})}
 	c := sharedClient(t, sw.option)
@@ -281,7 +281,7 @@ func TestReviewWaitShorterLivenessJoinsAsked(t *testing.T) {
 // for it while another holds; one of them gives up (its ctx ends) as the
 // holder unlocks, and may be handed the gate as it gives up. Each Lock
 // returns, one goroutine at a time holds, and the others are let in.
-func TestReviewWaitGateCancelHandsOn(t *testing.T) {
+func TestWaitGateCancelHandsOn(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	m := concurrency.NewMutex(newSession(t, sharedClient(t)), pfx)
 	ctx := t.Context()

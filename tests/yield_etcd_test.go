@@ -17,7 +17,7 @@ import (
 // is not ended by the request meant for etcd's holder. An Election leader
 // of etcd's package stays the leader (Leader still shows its value) and
 // resigns as usual; closing its session takes the request with it.
-func TestReview29YieldEtcdHolder(t *testing.T) {
+func TestYieldEtcdHolder(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	_, em := etcdHolder(t, pfx)

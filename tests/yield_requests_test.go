@@ -16,7 +16,7 @@ import (
 // A session WithYield that locks many names, each asked to yield once and
 // released: the requests' keys are left on the session's lease until the
 // session ends, one per name.
-func TestReviewHoldOptsYieldKeysLeftAfterUnlock(t *testing.T) {
+func TestYieldKeysLeftAfterUnlock(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	s := newSession(t, c, concurrency.WithYield())
@@ -57,7 +57,7 @@ func TestReviewHoldOptsYieldKeysLeftAfterUnlock(t *testing.T) {
 // session locking the name again, so the same key with a new token): a
 // new hold ends with ErrYieldRequested only if a request names its own
 // token; a stale request, for the hold before, never cancels it.
-func TestReviewHoldOptsYieldRacesRegrant(t *testing.T) {
+func TestYieldRacesRegrant(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := sharedClient(t)
 	s := newSession(t, c, concurrency.WithYield())
