@@ -122,7 +122,7 @@ func crossFileUses(dir string) ([]use, error) {
 	slices.SortFunc(out, func(a, b use) int {
 		return cmp.Or(cmp.Compare(a.file, b.file), cmp.Compare(a.line, b.line), cmp.Compare(a.name, b.name))
 	})
-	return out, nil
+	return slices.Compact(out), nil // a name used twice on a line is one use
 }
 
 // fieldOwners maps the fields of the package's named struct types to
