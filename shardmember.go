@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,29 +131,59 @@ func (g *shardMember) failed(ctx context.Context, l *leader, err error) (bool, e
 }
 
 // register writes the member key, after checking that no live member
-// runs another shard count.
+// runs another shard count; and checks again after the write, so that of
+// two members of different counts that joined at once, the younger (by
+// create revision) leaves. On an error, join's leave deletes the key.
 func (m *membership) register(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, m.s.live().wait*4)
 	defer cancel()
-	resp, err := m.s.get(rctx, m.group+"/members/", clientv3.WithPrefix())
+	mp := m.group + "/members/"
+	resp, err := m.s.get(rctx, mp, clientv3.WithPrefix())
 	if err != nil {
 		return err
 	}
-	for _, kv := range resp.Kvs {
-		if n, _, ok := parseMember(string(kv.Value)); ok && n != m.n {
-			return fmt.Errorf("%w: %d here, but member %s runs %d", ErrInvalidShardCount, m.n, kv.Key, n)
-		}
+	if err := countConflict(m.group, m.n, math.MaxInt64, resp.Kvs); err != nil {
+		return err
 	}
-	_, err = m.cli.Put(rctx, memberKey(m.group, m.s.Lease()), memberValue(m.n, m.o.weight), clientv3.WithLease(m.s.Lease()))
-	return err
+	put, err := m.cli.Put(rctx, memberKey(m.group, m.s.Lease()), memberValue(m.n, m.o.weight), clientv3.WithLease(m.s.Lease()))
+	if err != nil {
+		return err
+	}
+	// The key is new (one per lease): its create revision is the put's.
+	resp, err = m.s.get(rctx, mp, clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	return countConflict(m.group, m.n, put.Header.Revision, resp.Kvs)
 }
 
-// parseMember reads a member key's value.
+// countConflict returns an error matching ErrInvalidShardCount if one of
+// the member keys (under group/members/) among kvs, live (on a lease) and
+// created before revision rev, runs another count than n.
+func countConflict(group string, n int, rev int64, kvs []*mvccpb.KeyValue) error {
+	mp := group + "/members/"
+	for _, kv := range kvs {
+		if !strings.HasPrefix(string(kv.Key), mp) {
+			continue
+		}
+		cnt, _, ok := parseMember(string(kv.Value))
+		if ok && cnt != n && kv.Lease != 0 && kv.CreateRevision < rev {
+			return fmt.Errorf("%w: %d here, but older member %s runs %d", ErrInvalidShardCount, n, kv.Key, cnt)
+		}
+	}
+	return nil
+}
+
+// parseMember reads a member key's value, "shards=N weight=W", written by
+// any process: ok is false for a value that does not parse, a count
+// outside [1, MaxShardCount] or a weight below 1; a weight above
+// MaxShardWeight (a newer version's, or a hand-written key) is clamped to
+// it. It never panics.
 func parseMember(v string) (n, weight int, ok bool) {
-	if _, err := fmt.Sscanf(v, "shards=%d weight=%d", &n, &weight); err != nil || n <= 0 || weight <= 0 {
+	if _, err := fmt.Sscanf(v, "shards=%d weight=%d", &n, &weight); err != nil || n <= 0 || n > MaxShardCount || weight <= 0 {
 		return 0, 0, false
 	}
-	return n, weight, true
+	return n, min(weight, MaxShardWeight), true
 }
 
 // minPlanGap is the least time between two plans of a membership.
@@ -322,6 +354,9 @@ func (m *membership) watch(ctx context.Context, rev int64) (clientv3.WatchChan, 
 // error that a later read or plan may not meet (the ends of ctx and of the
 // session are seen by loop itself).
 func (m *membership) fatal(ctx context.Context, err error) error {
+	if errors.Is(err, ErrInvalidShardCount) {
+		return err // an older member runs another count: leave
+	}
 	if ctx.Err() != nil || m.s.Ctx().Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return nil
 	}
@@ -342,7 +377,12 @@ func (m *membership) plan(ctx context.Context, gv *groupView) error {
 	}
 	v := readShardGroup(m.group, m.n, kvs)
 	me := m.s.Lease()
-	if _, ok := v.member(me); !ok {
+	mi, ok := v.member(me)
+	if ok {
+		if err := countConflict(m.group, m.n, v.members[mi].rev, kvs); err != nil {
+			return err
+		}
+	} else {
 		// Our key is gone (deleted by someone else) though the session
 		// lives: write it again. A lease that is gone fails the put, and
 		// the session ends.
@@ -381,6 +421,9 @@ func (m *membership) plan(ctx context.Context, gv *groupView) error {
 		sh := &v.shards[i]
 		if len(sh.keys) < 2 || sh.keys[0].lease == me || !sh.waits(me) {
 			continue
+		}
+		if _, other := v.others[sh.keys[0].lease]; other {
+			continue // a member of another count: it leaves by itself, or we do
 		}
 		h := sh.keys[0]
 		if m.asked[i] == h.rev {
