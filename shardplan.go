@@ -69,8 +69,9 @@ func (sh *groupShard) waits(id clientv3.LeaseID) bool {
 
 // readShardGroup parses the keys under group/ (one read) into a
 // shardGroup of n shards. Members of another shard count are left out of
-// the members (and kept in others), and so are keys of shards beyond n and
-// member keys that parseMember refuses or that have no lease.
+// the members (and kept in others), and so are keys of shards beyond n,
+// member keys that parseMember refuses or that have no lease, and all but
+// the oldest of several member keys on one lease.
 func readShardGroup(group string, n int, kvs []*mvccpb.KeyValue) *shardGroup {
 	v := &shardGroup{shards: make([]groupShard, n)}
 	mp, sp := group+"/members/", group+"/shard/"
@@ -95,9 +96,21 @@ func readShardGroup(group string, n int, kvs []*mvccpb.KeyValue) *shardGroup {
 			}
 		}
 	}
-	slices.SortFunc(v.members, func(a, b groupMember) int { return cmp.Compare(a.rev, b.rev) })
+	// Keys written in one transaction share a create revision: ties are
+	// broken by lease and weight, so that every reader sees one order.
+	slices.SortFunc(v.members, func(a, b groupMember) int {
+		return cmp.Or(cmp.Compare(a.rev, b.rev), cmp.Compare(a.lease, b.lease), cmp.Compare(a.weight, b.weight))
+	})
+	// One member per lease (a Shards member writes one key; more are
+	// written by hand): its oldest key.
+	seen := make(map[clientv3.LeaseID]bool, len(v.members))
+	v.members = slices.DeleteFunc(v.members, func(mb groupMember) bool {
+		dup := seen[mb.lease]
+		seen[mb.lease] = true
+		return dup
+	})
 	for i := range v.shards {
-		slices.SortFunc(v.shards[i].keys, func(a, b shardKey) int { return cmp.Compare(a.rev, b.rev) })
+		slices.SortFunc(v.shards[i].keys, func(a, b shardKey) int { return cmp.Or(cmp.Compare(a.rev, b.rev), strings.Compare(a.key, b.key)) })
 	}
 	return v
 }
