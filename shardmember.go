@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -31,14 +30,6 @@ type shardMember struct {
 
 // shardName is the Mutex name of shard i of group.
 func shardName(group string, i int) string { return group + "/shard/" + strconv.Itoa(i) }
-
-// memberKey is the member key of lease id in group.
-func memberKey(group string, id clientv3.LeaseID) string {
-	return leaseKey(group+"/members/", id)
-}
-
-// memberValue is the value of a member key.
-func memberValue(n, weight int) string { return fmt.Sprintf("shards=%d weight=%d", n, weight) }
 
 // shardRunner is one shard that a membership waits for or owns: the
 // goroutine that locks it, runs fn and releases it.
@@ -149,41 +140,20 @@ func (m *membership) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The key is new (one per lease): its create revision is the put's.
 	resp, err = m.s.get(rctx, mp, clientv3.WithPrefix())
 	if err != nil {
 		return err
 	}
-	return countConflict(m.group, m.n, put.Header.Revision, resp.Kvs)
-}
-
-// countConflict returns an error matching ErrInvalidShardCount if one of
-// the member keys (under group/members/) among kvs, live (on a lease) and
-// created before revision rev, runs another count than n.
-func countConflict(group string, n int, rev int64, kvs []*mvccpb.KeyValue) error {
-	mp := group + "/members/"
-	for _, kv := range kvs {
-		if !strings.HasPrefix(string(kv.Key), mp) {
-			continue
-		}
-		cnt, _, ok := parseMember(string(kv.Value))
-		if ok && cnt != n && kv.Lease != 0 && kv.CreateRevision < rev {
-			return fmt.Errorf("%w: %d here, but older member %s runs %d", ErrInvalidShardCount, n, kv.Key, cnt)
+	// The key's create revision orders it; that of the put, if the key
+	// is gone already (its lease ended: the session ends too).
+	rev := put.Header.Revision
+	own := memberKey(m.group, m.s.Lease())
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) == own {
+			rev = kv.CreateRevision
 		}
 	}
-	return nil
-}
-
-// parseMember reads a member key's value, "shards=N weight=W", written by
-// any process: ok is false for a value that does not parse, a count
-// outside [1, MaxShardCount] or a weight below 1; a weight above
-// MaxShardWeight (a newer version's, or a hand-written key) is clamped to
-// it. It never panics.
-func parseMember(v string) (n, weight int, ok bool) {
-	if _, err := fmt.Sscanf(v, "shards=%d weight=%d", &n, &weight); err != nil || n <= 0 || n > MaxShardCount || weight <= 0 {
-		return 0, 0, false
-	}
-	return n, min(weight, MaxShardWeight), true
+	return countConflict(m.group, m.n, rev, resp.Kvs)
 }
 
 // minPlanGap is the least time between two plans of a membership.
