@@ -254,3 +254,60 @@ func TestShardsCountsJoinAtOnce(t *testing.T) {
 	}
 	winner.log.check(t)
 }
+
+// A member of another shard count that holds a shard (here written by
+// hand, as a member of an older version, without the check after its
+// put, could): a member below its share queues behind it and waits, but
+// never asks it to yield (the second half of the livelock: both
+// took shards from each other by yield requests).
+func TestShardsNoYieldToOtherCount(t *testing.T) {
+	group := etcdtest.Begin(t)
+	c := sharedClient(t)
+	const n = 4
+	log := newShardLog()
+	_, errc := goShards(t, c, group, n, log.fn("a"), concurrency.WithShardTTL(5))
+	waitBalanced(t, c, group, n, 1, 10*time.Second)
+
+	// A younger member of 8 shards, queued for shard 0, takes it from a
+	// by a yield request.
+	lease := grantLease(t, c, 30)
+	if _, err := c.Put(t.Context(), fmt.Sprintf("%s/members/%x", group, int64(lease)), "shards=8 weight=1", clientv3.WithLease(lease)); err != nil {
+		t.Fatal(err)
+	}
+	other := fmt.Sprintf("%s/shard/0/%x", group, int64(lease))
+	if _, err := c.Put(t.Context(), other, "", clientv3.WithLease(lease)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := concurrency.RequestYield(t.Context(), c, group+"/shard/0"); err != nil {
+		t.Fatal(err)
+	}
+	// a queues behind it again (its share is 4: the other is no member
+	// of its count) ...
+	etcdtest.Eventually(t, 10*time.Second, func() bool {
+		kvs := etcdtest.Keys(t, c, group+"/shard/0")
+		return len(kvs) == 2 && string(kvs[0].Key) == other
+	}, "a did not queue behind the other count's member on shard 0")
+	// ... and, over 50 of its plans' least gap, never asks it to yield.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := c.Get(t.Context(), concurrency.YieldPrefix+other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) > 0 {
+			t.Fatalf("a member asked a member of another count to yield shard 0")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Once the other goes, a owns shard 0 again.
+	if _, err := c.Revoke(t.Context(), lease); err != nil {
+		t.Fatal(err)
+	}
+	waitBalanced(t, c, group, n, 1, 10*time.Second)
+	select {
+	case err := <-errc:
+		t.Errorf("a returned: %v", err)
+	default:
+	}
+	log.check(t)
+}
