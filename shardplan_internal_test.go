@@ -10,6 +10,31 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// randomGroup returns a group of 1 to maxN shards and 1 to maxM members
+// of weights 1 to 4 (and, if heavy, one in ten of MaxShardWeight), each
+// shard owned by a member, by a lease that is no member, or by nobody.
+func randomGroup(r *rand.Rand, maxN, maxM int, heavy bool) *shardGroup {
+	n := 1 + r.IntN(maxN)
+	v := &shardGroup{shards: make([]groupShard, n)}
+	nm := 1 + r.IntN(maxM)
+	for i := range nm {
+		w := 1 + r.IntN(4)
+		if heavy && r.IntN(10) == 0 {
+			w = MaxShardWeight
+		}
+		v.members = append(v.members, groupMember{lease: clientv3.LeaseID(100 + i), rev: int64(10 + i), weight: w})
+	}
+	for i := range v.shards {
+		switch h := r.IntN(nm + 2); {
+		case h < nm:
+			v.shards[i].keys = []shardKey{{lease: v.members[h].lease, rev: int64(1000 + i)}}
+		case h == nm:
+			v.shards[i].keys = []shardKey{{lease: 7, rev: int64(1000 + i)}} // not a member
+		}
+	}
+	return v
+}
+
 // The plan of random groups: shares add up to n and are each within one
 // of n*weight/total; every member is planned exactly its share; a member
 // keeps what it owns up to its share; and only surplus and unowned shards
@@ -17,22 +42,11 @@ import (
 func TestShardPlan(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for trial := 0; trial < 2000; trial++ {
-		n := 1 + r.IntN(70)
-		v := &shardGroup{shards: make([]groupShard, n)}
-		nm := 1 + r.IntN(9)
+		v := randomGroup(r, 70, 9, false)
+		n := len(v.shards)
 		total := 0
-		for i := range nm {
-			w := 1 + r.IntN(4)
-			total += w
-			v.members = append(v.members, groupMember{lease: clientv3.LeaseID(100 + i), rev: int64(10 + i), weight: w})
-		}
-		for i := range v.shards {
-			switch h := r.IntN(nm + 2); {
-			case h < nm:
-				v.shards[i].keys = []shardKey{{lease: v.members[h].lease, rev: int64(1000 + i)}}
-			case h == nm:
-				v.shards[i].keys = []shardKey{{lease: 7, rev: int64(1000 + i)}} // not a member
-			}
+		for _, mb := range v.members {
+			total += mb.weight
 		}
 		share := v.shares()
 		sum := 0
@@ -91,24 +105,8 @@ func TestShardPlan(t *testing.T) {
 func TestShardPlanSettles(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for trial := 0; trial < 1000; trial++ {
-		n := 1 + r.IntN(64)
-		v := &shardGroup{shards: make([]groupShard, n)}
-		nm := 1 + r.IntN(8)
-		for i := range nm {
-			w := 1 + r.IntN(4)
-			if r.IntN(10) == 0 {
-				w = MaxShardWeight
-			}
-			v.members = append(v.members, groupMember{lease: clientv3.LeaseID(100 + i), rev: int64(10 + i), weight: w})
-		}
-		for i := range v.shards {
-			switch h := r.IntN(nm + 2); {
-			case h < nm:
-				v.shards[i].keys = []shardKey{{lease: v.members[h].lease, rev: int64(1000 + i)}}
-			case h == nm:
-				v.shards[i].keys = []shardKey{{lease: 7, rev: int64(1000 + i)}} // not a member
-			}
-		}
+		v := randomGroup(r, 64, 8, true)
+		n := len(v.shards)
 		moved := make(map[int]int)
 		plans := 0
 		for ; ; plans++ {
