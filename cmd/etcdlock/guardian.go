@@ -115,7 +115,7 @@ func guardian(args []string) int {
 	signal.Notify(sigc) // every signal: the group's are for the command, which gets them too
 	orphaned := func() {
 		if os.Getppid() != ppid {
-			syscall.Kill(0, syscall.SIGKILL) // the whole group, the guardian last
+			syscall.Kill(0, syscall.SIGKILL) // the whole group, the guardian included
 		}
 	}
 	orphaned() // etcdlock died before the death signal was set
