@@ -380,9 +380,16 @@
 // What it cannot promise: a shard whose owner crashed is owned again once
 // etcd expires the owner's lease (a TTL after its last renewal) and the
 // next plan runs; a member cut off from etcd ends its functions at its
-// session's conservative deadline, before that. A member of another shard
-// count is refused when it joins (ErrInvalidShardCount); one that joins at
-// the same moment with another count is left out of the others' plans.
+// session's conservative deadline, before that. A group has one shard
+// count: a member of another count is refused when it joins
+// (ErrInvalidShardCount); of two that join at the same moment with
+// different counts, the younger by create revision sees the older after
+// its own write and leaves with that error, and no member asks one of
+// another count to yield. Counts and weights have maximums (MaxShardCount,
+// MaxShardWeight), checked before anything is written; a member key that
+// another process wrote is input: a weight above the maximum counts as the
+// maximum, a value that does not parse makes no member, and nothing it
+// holds makes a member, InspectShards or WatchShards panic (issue 49).
 // The group watch is a plain clientv3 watch: a silent one delays a plan
 // until the next periodic read. Members that know different revisions
 // may plan differently for a moment; the plans agree once they read the

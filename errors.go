@@ -147,13 +147,13 @@ var (
 	// ErrNotHeld is returned by RequestYield when nobody holds the name.
 	ErrNotHeld = errors.New("concurrency: lock is not held")
 
-	// ErrInvalidShardCount is returned by Shards and InspectShards for a
-	// shard count of zero or less, and by Shards when a live member of the
-	// group runs it with another count: the two would not agree on the
-	// shares.
+	// ErrInvalidShardCount is returned by Shards, InspectShards and
+	// WatchShards for a shard count of zero or less or above
+	// MaxShardCount, and by Shards when an older live member of the group
+	// runs it with another count: the two would not agree on the shares.
 	ErrInvalidShardCount = errors.New("concurrency: invalid shard count")
 
 	// ErrInvalidShardWeight is returned by Shards for WithShardWeight(w)
-	// with w <= 0.
-	ErrInvalidShardWeight = errors.New("concurrency: shard weight must be positive")
+	// with w <= 0 or w > MaxShardWeight.
+	ErrInvalidShardWeight = errors.New("concurrency: invalid shard weight")
 )

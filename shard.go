@@ -20,6 +20,19 @@ import (
 //	g/members/<lease hex>   a member, on its session's lease; value "shards=N weight=W"
 //	g/shard/<i>/<lease hex> the Mutex keys of shard i (a Mutex named g/shard/<i>)
 
+// Limits of a group, checked by Shards, InspectShards and WatchShards
+// (and WithShardWeight) before anything is read or written. They also bound
+// what a member takes from another process's member key: a count outside
+// [1, MaxShardCount] or a weight below 1 makes the key no member at all
+// (ignored), and a weight above MaxShardWeight counts as MaxShardWeight.
+// With both bounds, n*weight fits in 2^32 and the plan never overflows.
+const (
+	// MaxShardCount is the largest shard count of a group (65536).
+	MaxShardCount = 1 << 16
+	// MaxShardWeight is the largest weight of a member (65536).
+	MaxShardWeight = 1 << 16
+)
+
 // Shard is a shard that a member of a group owns, as Shards gives it to
 // its function: its number, its fencing token and a guarded transaction.
 // It stays valid after the ownership ended: Token still returns the
@@ -129,11 +142,20 @@ func (sh Shard) Txn(ctx context.Context) clientv3.Txn { return sh.m.Txn(ctx) }
 // another or of lock names.
 //
 // Bad input is reported at once, before Shards talks to etcd: a nil
-// client (ErrNilClient), an empty group (ErrInvalidPrefix), n <= 0
-// (ErrInvalidShardCount), a nil fn (ErrNilFunc), and the options' own
-// errors. A live member of the group that runs another shard count makes
-// Shards return ErrInvalidShardCount when it joins. Failures to start a
-// session or to read are retried until ctx ends, as in Lead.
+// client (ErrNilClient), an empty group (ErrInvalidPrefix), n outside
+// [1, MaxShardCount] (ErrInvalidShardCount), a nil fn (ErrNilFunc), and
+// the options' own errors. Failures to start a session or to read are
+// retried until ctx ends, as in Lead.
+//
+// A group has one shard count, settled by etcd's order: a live member of
+// the group that runs another count makes Shards return an error matching
+// ErrInvalidShardCount when it joins; and when two members of different
+// counts join at once (both see no other before writing their keys), the
+// younger (the later create revision of its member key) sees the older
+// after its own write, or in any later plan, and leaves with that error,
+// releasing whatever it holds. A member never asks a member of another
+// count to yield a shard; it waits for it. Member keys that do not parse,
+// or with a count out of range, are not members (MaxShardCount).
 func Shards(ctx context.Context, cli *clientv3.Client, group string, n int, fn func(ctx context.Context, sh Shard) error, opts ...ShardOption) error {
 	if err := validGroup(cli, group, n); err != nil {
 		return err
@@ -181,14 +203,16 @@ type shardOptions struct {
 // ShardOption configures Shards.
 type ShardOption func(*shardOptions)
 
-// WithShardWeight sets the member's weight (default 1): its share of the
-// shards is n times its weight over the sum of the live members' weights,
-// rounded so that the shares add up to n. A weight of zero or less makes
-// Shards return an error matching ErrInvalidShardWeight.
+// WithShardWeight sets the member's weight (default 1, at most
+// MaxShardWeight): its share of the shards is n times its weight over the
+// sum of the live members' weights, rounded so that the shares add up to
+// n. A weight of zero or less, or above MaxShardWeight, makes Shards
+// return an error matching ErrInvalidShardWeight before it writes
+// anything.
 func WithShardWeight(w int) ShardOption {
 	return func(o *shardOptions) {
-		if w <= 0 && o.err == nil {
-			o.err = fmt.Errorf("%w: WithShardWeight(%d)", ErrInvalidShardWeight, w)
+		if (w <= 0 || w > MaxShardWeight) && o.err == nil {
+			o.err = fmt.Errorf("%w: WithShardWeight(%d) (1 to %d)", ErrInvalidShardWeight, w, MaxShardWeight)
 		}
 		o.weight = w
 	}

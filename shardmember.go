@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -29,14 +30,6 @@ type shardMember struct {
 
 // shardName is the Mutex name of shard i of group.
 func shardName(group string, i int) string { return group + "/shard/" + strconv.Itoa(i) }
-
-// memberKey is the member key of lease id in group.
-func memberKey(group string, id clientv3.LeaseID) string {
-	return leaseKey(group+"/members/", id)
-}
-
-// memberValue is the value of a member key.
-func memberValue(n, weight int) string { return fmt.Sprintf("shards=%d weight=%d", n, weight) }
 
 // shardRunner is one shard that a membership waits for or owns: the
 // goroutine that locks it, runs fn and releases it.
@@ -129,29 +122,38 @@ func (g *shardMember) failed(ctx context.Context, l *leader, err error) (bool, e
 }
 
 // register writes the member key, after checking that no live member
-// runs another shard count.
+// runs another shard count; and checks again after the write, so that of
+// two members of different counts that joined at once, the younger (by
+// create revision) leaves. On an error, join's leave deletes the key.
 func (m *membership) register(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, m.s.live().wait*4)
 	defer cancel()
-	resp, err := m.s.get(rctx, m.group+"/members/", clientv3.WithPrefix())
+	mp := m.group + "/members/"
+	resp, err := m.s.get(rctx, mp, clientv3.WithPrefix())
 	if err != nil {
 		return err
 	}
+	if err := countConflict(m.group, m.n, math.MaxInt64, resp.Kvs); err != nil {
+		return err
+	}
+	put, err := m.cli.Put(rctx, memberKey(m.group, m.s.Lease()), memberValue(m.n, m.o.weight), clientv3.WithLease(m.s.Lease()))
+	if err != nil {
+		return err
+	}
+	resp, err = m.s.get(rctx, mp, clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	// The key's create revision orders it; that of the put, if the key
+	// is gone already (its lease ended: the session ends too).
+	rev := put.Header.Revision
+	own := memberKey(m.group, m.s.Lease())
 	for _, kv := range resp.Kvs {
-		if n, _, ok := parseMember(string(kv.Value)); ok && n != m.n {
-			return fmt.Errorf("%w: %d here, but member %s runs %d", ErrInvalidShardCount, m.n, kv.Key, n)
+		if string(kv.Key) == own {
+			rev = kv.CreateRevision
 		}
 	}
-	_, err = m.cli.Put(rctx, memberKey(m.group, m.s.Lease()), memberValue(m.n, m.o.weight), clientv3.WithLease(m.s.Lease()))
-	return err
-}
-
-// parseMember reads a member key's value.
-func parseMember(v string) (n, weight int, ok bool) {
-	if _, err := fmt.Sscanf(v, "shards=%d weight=%d", &n, &weight); err != nil || n <= 0 || weight <= 0 {
-		return 0, 0, false
-	}
-	return n, weight, true
+	return countConflict(m.group, m.n, rev, resp.Kvs)
 }
 
 // minPlanGap is the least time between two plans of a membership.
@@ -322,6 +324,9 @@ func (m *membership) watch(ctx context.Context, rev int64) (clientv3.WatchChan, 
 // error that a later read or plan may not meet (the ends of ctx and of the
 // session are seen by loop itself).
 func (m *membership) fatal(ctx context.Context, err error) error {
+	if errors.Is(err, ErrInvalidShardCount) {
+		return err // an older member runs another count: leave
+	}
 	if ctx.Err() != nil || m.s.Ctx().Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return nil
 	}
@@ -342,7 +347,12 @@ func (m *membership) plan(ctx context.Context, gv *groupView) error {
 	}
 	v := readShardGroup(m.group, m.n, kvs)
 	me := m.s.Lease()
-	if _, ok := v.member(me); !ok {
+	mi, ok := v.member(me)
+	if ok {
+		if err := countConflict(m.group, m.n, v.members[mi].rev, kvs); err != nil {
+			return err
+		}
+	} else {
 		// Our key is gone (deleted by someone else) though the session
 		// lives: write it again. A lease that is gone fails the put, and
 		// the session ends.
@@ -381,6 +391,9 @@ func (m *membership) plan(ctx context.Context, gv *groupView) error {
 		sh := &v.shards[i]
 		if len(sh.keys) < 2 || sh.keys[0].lease == me || !sh.waits(me) {
 			continue
+		}
+		if _, other := v.others[sh.keys[0].lease]; other {
+			continue // a member of another count: it leaves by itself, or we do
 		}
 		h := sh.keys[0]
 		if m.asked[i] == h.rev {

@@ -18,8 +18,9 @@ import (
 
 // shardGroup is a group as one read saw it.
 type shardGroup struct {
-	members []groupMember // in create-revision order
-	shards  []groupShard  // by number
+	members []groupMember              // in create-revision order
+	shards  []groupShard               // by number
+	others  map[clientv3.LeaseID]int64 // live members of another shard count: lease -> create revision
 }
 
 // groupMember is a live member of a group.
@@ -67,8 +68,10 @@ func (sh *groupShard) waits(id clientv3.LeaseID) bool {
 }
 
 // readShardGroup parses the keys under group/ (one read) into a
-// shardGroup of n shards. Members of another shard count are left out,
-// and so are keys of shards beyond n.
+// shardGroup of n shards. Members of another shard count are left out of
+// the members (and kept in others), and so are keys of shards beyond n,
+// member keys that parseMember refuses or that have no lease, and all but
+// the oldest of several member keys on one lease.
 func readShardGroup(group string, n int, kvs []*mvccpb.KeyValue) *shardGroup {
 	v := &shardGroup{shards: make([]groupShard, n)}
 	mp, sp := group+"/members/", group+"/shard/"
@@ -77,8 +80,15 @@ func readShardGroup(group string, n int, kvs []*mvccpb.KeyValue) *shardGroup {
 		switch {
 		case strings.HasPrefix(k, mp):
 			cnt, w, ok := parseMember(string(kv.Value))
-			if ok && cnt == n && kv.Lease != 0 {
+			switch {
+			case !ok || kv.Lease == 0:
+			case cnt == n:
 				v.members = append(v.members, groupMember{lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision, weight: w})
+			default:
+				if v.others == nil {
+					v.others = make(map[clientv3.LeaseID]int64)
+				}
+				v.others[clientv3.LeaseID(kv.Lease)] = kv.CreateRevision
 			}
 		case strings.HasPrefix(k, sp):
 			if i, ok := shardOfKey(k[len(sp):], n); ok {
@@ -86,9 +96,21 @@ func readShardGroup(group string, n int, kvs []*mvccpb.KeyValue) *shardGroup {
 			}
 		}
 	}
-	slices.SortFunc(v.members, func(a, b groupMember) int { return cmp.Compare(a.rev, b.rev) })
+	// Keys written in one transaction share a create revision: ties are
+	// broken by lease and weight, so that every reader sees one order.
+	slices.SortFunc(v.members, func(a, b groupMember) int {
+		return cmp.Or(cmp.Compare(a.rev, b.rev), cmp.Compare(a.lease, b.lease), cmp.Compare(a.weight, b.weight))
+	})
+	// One member per lease (a Shards member writes one key; more are
+	// written by hand): its oldest key.
+	seen := make(map[clientv3.LeaseID]bool, len(v.members))
+	v.members = slices.DeleteFunc(v.members, func(mb groupMember) bool {
+		dup := seen[mb.lease]
+		seen[mb.lease] = true
+		return dup
+	})
 	for i := range v.shards {
-		slices.SortFunc(v.shards[i].keys, func(a, b shardKey) int { return cmp.Compare(a.rev, b.rev) })
+		slices.SortFunc(v.shards[i].keys, func(a, b shardKey) int { return cmp.Or(cmp.Compare(a.rev, b.rev), strings.Compare(a.key, b.key)) })
 	}
 	return v
 }
@@ -120,34 +142,44 @@ func (v *shardGroup) member(id clientv3.LeaseID) (int, bool) {
 // shares returns each member's fair share of the shards, by weight: the
 // whole part of n*weight/total, and one more for the members with the
 // largest remainders (ties to the older member), so that they add up to n
-// and each is within one of the exact share.
+// and each is within one of the exact share. It computes in int64 with
+// each weight clamped to [0, MaxShardWeight] and n at most MaxShardCount
+// (2^32 at most for n*weight), so that no member set, whatever its keys
+// say, overflows it.
 func (v *shardGroup) shares() []int {
-	n := len(v.shards)
-	total := 0
+	n := int64(len(v.shards))
+	var total int64
 	for _, mb := range v.members {
-		total += mb.weight
+		total += memberWeight(mb.weight)
 	}
 	sh := make([]int, len(v.members))
-	if total == 0 {
+	if total == 0 || n == 0 {
 		return sh
 	}
-	rem := make([]int, len(v.members))
+	rem := make([]int64, len(v.members))
 	left := n
 	for i, mb := range v.members {
-		sh[i] = n * mb.weight / total
-		rem[i] = n * mb.weight % total
-		left -= sh[i]
+		q := n * memberWeight(mb.weight)
+		sh[i] = int(q / total)
+		rem[i] = q % total
+		left -= q / total
 	}
 	order := make([]int, len(v.members))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(rem[b], rem[a]) })
-	for _, i := range order[:left] {
+	// 0 <= left < len(members): the remainders add up to left*total.
+	for _, i := range order[:min(max(left, 0), int64(len(order)))] {
 		sh[i]++
 	}
 	return sh
 }
+
+// memberWeight is a member's weight as the plan uses it: clamped to
+// [0, MaxShardWeight]. parseMember clamps already; this guards the plan
+// from any groupMember.
+func memberWeight(w int) int64 { return int64(min(max(w, 0), MaxShardWeight)) }
 
 // assign is the plan every member computes from the same read: for each
 // member, the shards it should own, in order. A member keeps the shards
@@ -200,7 +232,7 @@ type ShardMember struct {
 	Lease          clientv3.LeaseID // the member's session lease
 	Key            string           // its member key, group/members/<lease hex>
 	CreateRevision int64            // orders the members
-	Weight         int              // WithShardWeight
+	Weight         int              // WithShardWeight, as the plan uses it (at most MaxShardWeight)
 	Share          int              // its fair share of the shards, as every member computes it
 	Owned          []int            // the shards it owns, in order
 	Owner          *Owner           // its owner record (WithShardOwner), or nil
@@ -222,8 +254,11 @@ type ShardOwner struct {
 // blocks for these round trips, which ctx bounds: if ctx ends first it
 // returns an error matching ctx.Err(). A nil client gives ErrNilClient, an
 // empty group ErrInvalidPrefix and n <= 0 ErrInvalidShardCount, before any
-// round trip. Members that run another shard count are left out, as the
-// members themselves leave them out.
+// round trip, as is n > MaxShardCount. Members that run another shard
+// count are left out, as the members themselves leave them out; so are
+// member keys whose value does not parse, and a weight above
+// MaxShardWeight counts as MaxShardWeight (parseMember): no value written
+// under the group makes InspectShards panic.
 func InspectShards(ctx context.Context, c *clientv3.Client, group string, n int) (*ShardGroup, error) {
 	if err := validGroup(c, group, n); err != nil {
 		return nil, err
@@ -247,16 +282,16 @@ func InspectShards(ctx context.Context, c *clientv3.Client, group string, n int)
 }
 
 // validGroup reports a nil client, an empty group name and a shard count
-// below 1, as Shards, InspectShards and WatchShards do before any round
-// trip.
+// below 1 or above MaxShardCount, as Shards, InspectShards and WatchShards
+// do before any round trip.
 func validGroup(c *clientv3.Client, group string, n int) error {
 	switch {
 	case c == nil:
 		return ErrNilClient
 	case group == "":
 		return ErrInvalidPrefix
-	case n <= 0:
-		return fmt.Errorf("%w: %d", ErrInvalidShardCount, n)
+	case n <= 0 || n > MaxShardCount:
+		return fmt.Errorf("%w: %d (1 to %d)", ErrInvalidShardCount, n, MaxShardCount)
 	}
 	return nil
 }

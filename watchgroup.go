@@ -64,8 +64,9 @@ func WatchLeader(ctx context.Context, cli *clientv3.Client, name string, fn func
 // It blocks until ctx ends, and returns ctx.Err(), or an error if the
 // client is closed. fn is called from the caller's goroutine, one call at
 // a time, and none after WatchShards returns. A nil client, an empty
-// group, n <= 0 and a nil fn give ErrNilClient, ErrInvalidPrefix,
-// ErrInvalidShardCount and ErrNilFunc at once.
+// group, n outside [1, MaxShardCount] and a nil fn give ErrNilClient,
+// ErrInvalidPrefix, ErrInvalidShardCount and ErrNilFunc at once. Member
+// keys are read as InspectShards reads them: no value makes it panic.
 func WatchShards(ctx context.Context, cli *clientv3.Client, group string, n int, fn func(*ShardGroup)) error {
 	if err := validGroup(cli, group, n); err != nil {
 		return err

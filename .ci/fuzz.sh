@@ -4,8 +4,9 @@
 # thousand inputs each, 3 to 10 s at the 2,800 to 8,200 inputs a second
 # seen here) with
 # $FUZZPARALLEL workers (default 2): a Semaphore key's value, owner,
-# health and lock-delay records and yield requests (the root package), the
-# CLI's duration and signal flags (cmd/etcdlock). Their seed corpora in
+# health and lock-delay records and yield requests, a Shards member key's
+# value and the shard plan from any keys under a group (issue 49) (the
+# root package), the CLI's duration and signal flags (cmd/etcdlock). Their seed corpora in
 # testdata/fuzz also run with every go test. A failing input is written
 # to the package's testdata/fuzz/<target>/ by go test: commit it with the
 # fix, as a regression test. Measured on the shared 2-core machine (load

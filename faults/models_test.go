@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -74,14 +75,20 @@ func checkModels(rep *hc.Report, workloads []string, all []hc.Op, delivered map[
 }
 
 // keepModelFailures writes, into dir, for each name whose history no
-// order obeys its model, the history porcupine checked (porcupine-NAME.txt,
+// order obeys its model, or on which the revision checks found a
+// violation (porcupine's visualisation then shows the order it found), the
+// history porcupine checked (porcupine-NAME.txt,
 // one operation a line in the order of their invokes, times in
 // nanoseconds from the first) and porcupine's visualisation of its
 // longest partial orders (porcupine-NAME.html, which a browser opens).
+// A verdict without its model is an error, not a panic.
 func keepModelFailures(dir string, vs []modelVerdict) error {
 	for _, v := range vs {
-		if v.result != porcupine.Illegal {
+		if v.result != porcupine.Illegal && v.found == 0 {
 			continue
+		}
+		if v.m.Step == nil && v.m.StepContext == nil {
+			return fmt.Errorf("%s: the verdict carries no model to show its history with", v.name)
 		}
 		base := filepath.Join(dir, "porcupine-"+strings.NewReplacer("/", "_", " ", "_").Replace(v.name))
 		h := slices.Clone(v.h)
@@ -129,4 +136,21 @@ func modelTable(vs []modelVerdict) string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %s | %v | %d |\n", v.name, v.model, v.ops, verdict, v.took.Round(time.Millisecond), v.found)
 	}
 	return b.String()
+}
+
+// A verdict that lost its model is reported, not a panic (issue 49: the
+// shards workload's verdicts carried none, and keeping a shard's evidence
+// panicked); the shards workload's verdicts carry theirs.
+func TestKeepModelFailuresNeedsModel(t *testing.T) {
+	if err := keepModelFailures(t.TempDir(), []modelVerdict{{name: "shards 0", result: porcupine.Illegal}}); err == nil {
+		t.Error("a verdict without a model was kept without an error")
+	}
+	rep := hc.NewReport()
+	vs := checkShards(rep, "g", []hc.KeyEvent{{Key: "g/shard/0/1", Rev: 2, CreateRev: 2, Lease: 1}}, nil, nil, nil)
+	if len(vs) != 1 {
+		t.Fatalf("%d verdicts for one shard", len(vs))
+	}
+	if vs[0].m.Step == nil && vs[0].m.StepContext == nil {
+		t.Errorf("%s: the verdict carries no model", vs[0].name)
+	}
 }

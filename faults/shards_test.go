@@ -3,6 +3,8 @@ package faults_test
 import (
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,6 +44,63 @@ func TestFaultsShards(t *testing.T) {
 	}
 	if n := res.ops["shards: incr ok"]; n < 10 {
 		t.Errorf("workload shards: only %d guarded writes in %v", n, res.elapsed)
+	}
+}
+
+// TestFaultsShardsEvidence runs the shards workload on the deliberately
+// broken build (locks granted to every waiter at once) until a shard is
+// violated (by porcupine's model or the revision checks; at most 4 runs
+// of 30 s), and checks that the evidence of each violated shard is kept:
+// its history (porcupine-shards_N.txt) and porcupine's visualisation
+// (.html), which a verdict without its model and history lost to a panic
+// (issue 49). It needs the broken worker, so it runs only with
+// -faults.tags=concurrency_brokenjudge (RELIABILITY.md):
+//
+//	go test -count=1 -v ./faults/ -run '^TestFaultsShardsEvidence$' -faults.tags=concurrency_brokenjudge
+func TestFaultsShardsEvidence(t *testing.T) {
+	if !strings.Contains(*flagTags, "concurrency_brokenjudge") {
+		t.Skip("needs the broken build: -faults.tags=concurrency_brokenjudge")
+	}
+	pfx := etcdtest.Begin(t)
+	etcd, worker := binaries(t)
+	cfg := runConfig{
+		etcd: etcd, etcdArgs: []string{"--unsafe-no-fsync"}, worker: worker,
+		duration: 30 * time.Second, procs: 3, clients: 2, ttl: *flagTTL,
+		workloads: []string{"shards"},
+		faults:    faultsNamed(t, "proxy delay 250 ms"),
+	}
+	for round := 1; ; round++ {
+		r := startRun(t, pfx, cfg)
+		start := time.Now()
+		res := r.finish(startNemesis(r, start, 2*time.Second, 10*time.Second), start)
+		dir := t.TempDir()
+		if err := keepModelFailures(dir, res.models); err != nil {
+			t.Fatal(err)
+		}
+		violated := 0
+		for _, v := range res.models {
+			if !strings.HasPrefix(v.name, "shards ") || (v.result != porcupine.Illegal && v.found == 0) {
+				continue
+			}
+			violated++
+			for _, ext := range []string{".txt", ".html"} {
+				f := filepath.Join(dir, "porcupine-"+strings.ReplaceAll(v.name, " ", "_")+ext)
+				if fi, err := os.Stat(f); err != nil || fi.Size() == 0 {
+					t.Errorf("%s: evidence %s not written: %v", v.name, f, err)
+				}
+			}
+		}
+		t.Logf("round %d: %d tenures, %d guarded writes; %d of %d shards violated, %d violations of the revision checks",
+			round, res.ops["shards: lock ok"], res.ops["shards: incr ok"], violated, len(res.models), res.report.Total())
+		if violated == 0 {
+			t.Logf("summary of round %d:\n%s", round, res.summary())
+		}
+		if violated > 0 {
+			return
+		}
+		if round == 4 {
+			t.Fatal("the broken build violated no shard in 4 runs")
+		}
 	}
 }
 
@@ -96,7 +155,7 @@ func checkShards(rep *hc.Report, name string, events []hc.KeyEvent, ops, all []h
 		h := hc.HoldHistory(hc.Calls(opsOf[i]), hc.FLock, hc.FUnlock, tl, clock, nil)
 		start := time.Now()
 		res := hc.CheckModel(rep, sn, "fenced lock", hc.FencedLock, h, *flagModelTimeout)
-		vs = append(vs, modelVerdict{name: fmt.Sprintf("shards %d", i), model: "fenced lock", ops: len(h), result: res, took: time.Since(start), found: found})
+		vs = append(vs, modelVerdict{name: fmt.Sprintf("shards %d", i), model: "fenced lock", ops: len(h), result: res, took: time.Since(start), found: found, m: hc.FencedLock, h: h})
 		if res == porcupine.Unknown {
 			continue // a violation of hc.Linearizable already
 		}

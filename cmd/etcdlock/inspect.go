@@ -71,6 +71,9 @@ GROUP/shard/<i>, which inspect shows as any other.`,
 			if args[0] == "" {
 				return usagef("inspect NAME must not be empty")
 			}
+			if cmd.Flags().Changed("shards") && (shards <= 0 || shards > concurrency.MaxShardCount) {
+				return usagef("inspect --shards %d (1 to %d): %w", shards, concurrency.MaxShardCount, concurrency.ErrInvalidShardCount)
+			}
 			ctx, stop := withSignals()
 			defer stop()
 			cli, err := conn.connect(ctx, lockPrefix(args[0]))

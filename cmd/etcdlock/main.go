@@ -121,6 +121,9 @@ func grpcCode(err error) codes.Code {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == guardianArg {
+		os.Exit(guardian(os.Args[2:]))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -39,7 +39,14 @@ var shared struct {
 	endpoints []string
 }
 
-func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == guardianArg {
+		// A supervised command started in this process (not by the
+		// etcdlock binary) re-executes the test binary as its guardian.
+		os.Exit(guardian(os.Args[2:]))
+	}
+	os.Exit(testMain(m))
+}
 
 func testMain(m *testing.M) int {
 	flag.Parse()

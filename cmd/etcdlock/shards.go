@@ -81,12 +81,12 @@ and each shard's owner, and exit.`,
 			switch {
 			case group == "":
 				return usagef("shards GROUP must not be empty: %w", concurrency.ErrInvalidPrefix)
-			case err != nil || n <= 0:
-				return usagef("shards N %q: %w", args[1], concurrency.ErrInvalidShardCount)
+			case err != nil || n <= 0 || n > concurrency.MaxShardCount:
+				return usagef("shards N %q (1 to %d): %w", args[1], concurrency.MaxShardCount, concurrency.ErrInvalidShardCount)
 			case o.ttl <= 0:
 				return withCode(exitUsage, fmt.Errorf("--ttl %d: %w", o.ttl, concurrency.ErrInvalidTTL))
-			case o.weight <= 0:
-				return withCode(exitUsage, fmt.Errorf("--weight %d: %w", o.weight, concurrency.ErrInvalidShardWeight))
+			case o.weight <= 0 || o.weight > concurrency.MaxShardWeight:
+				return withCode(exitUsage, fmt.Errorf("--weight %d (1 to %d): %w", o.weight, concurrency.MaxShardWeight, concurrency.ErrInvalidShardWeight))
 			case o.killGrace < 0:
 				return usagef("--kill-grace must not be negative, not %v", o.killGrace)
 			}
@@ -112,7 +112,7 @@ and each shard's owner, and exit.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.ttl, "ttl", 10, "TTL of the session's lease in seconds: how long the shards of a crashed process stay with it")
-	f.IntVar(&o.weight, "weight", 1, "this process's weight: its share of the shards is N times its weight over the sum of the members' weights")
+	f.IntVar(&o.weight, "weight", 1, "this process's weight, 1 to 65536: its share of the shards is N times its weight over the sum of the members' weights")
 	durationVar(f, &o.killGrace, "kill-grace", 10*time.Second, "after a shard is handed over or lost, time between --signal and SIGKILL to its command's process group; 0 sends SIGKILL at once")
 	o.signal = signalValue(syscall.SIGTERM)
 	f.VarP(&o.signal, "signal", "s", "after a shard is handed over or lost, send this signal (a name such as TERM, HUP, INT, USR1, or a number) to its command's process group, then SIGKILL after --kill-grace")

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
 )
 
@@ -67,7 +72,37 @@ func TestShardsUsage(t *testing.T) {
 		{"shards", group, "x", "--", "true"},
 		{"shards", "--list", group},
 		{"shards", "--weight", "0", group, "4", "--", "true"},
+		{"shards", "--weight", "65537", group, "4", "--", "true"},
+		{"shards", group, "65537", "--", "true"},
+		{"shards", "--list", group, "1125899906842624"},
+		{"inspect", "--shards", "65537", group},
+		{"inspect", "--shards", "0", group},
 	} {
 		expectRun(t, 10*time.Second, exitUsage, nil, args)
 	}
+}
+
+// A member key of weight 1<<60 written by hand beside a live member
+// (issue 49: --list panicked, as every member did): --list prints the
+// heavy member at the maximum weight, and the shares add up to N.
+func TestShardsListForeignWeight(t *testing.T) {
+	group := begin(t)
+	c := sharedClient(t)
+	a := start(t, nil, "shards", "--ttl", "5", group, "16", "--", "sh", "-c", printShardEnv)
+	etcdtest.Eventually(t, 10*time.Second, func() bool { return starts(a) == 16 }, "a started %d commands:\n%s\n%s", starts(a), a.stdout, a.stderr)
+	lease, err := c.Grant(t.Context(), 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Revoke(context.WithoutCancel(t.Context()), lease.ID)
+	key := fmt.Sprintf("%s/members/%x", group, int64(lease.ID))
+	if _, err := c.Put(t.Context(), key, "shards=16 weight=1152921504606846976", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := expectRun(t, 10*time.Second, 0, nil, []string{"shards", "--list", group, "16"})
+	if !strings.Contains(out, "2 members") || !strings.Contains(out, fmt.Sprintf("weight %d share 16", concurrency.MaxShardWeight)) {
+		t.Errorf("--list printed:\n%s\nwant two members, the heavy one at weight %d with share 16", out, concurrency.MaxShardWeight)
+	}
+	a.signal(syscall.SIGTERM)
+	a.expectExit(10*time.Second, 0)
 }

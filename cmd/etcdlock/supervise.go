@@ -52,14 +52,13 @@ type supervised struct {
 // exitNoCommand or exitCannotExec if it did not start.
 func (sup supervised) run(hold context.Context, sigc <-chan os.Signal, stdout, stderr io.Writer) (os.Signal, error) {
 	command := sup.command
-	c := exec.Command(command[0], command[1:]...)
+	// The guardian (guardian.go), leader of the command's process group,
+	// or the command itself in the foreground.
+	c := supervisedCmd(command, sup.foreground)
 	// The last of duplicate variables wins: these replace inherited ones.
 	c.Env = append(os.Environ(), sup.env...)
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, stdout, stderr
-	if !sup.foreground {
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	}
-	if err := c.Start(); err != nil {
+	if err := startLocked(c); err != nil {
 		code := exitCannotExec
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			code = exitNoCommand

@@ -66,7 +66,11 @@ func (c *client) shards() {
 		}
 		return ctx.Err()
 	}
-	for c.run.Err() == nil {
+	for round := 0; c.run.Err() == nil; round++ {
+		if round%4 == 3 {
+			c.rogueShards(fn, round/4)
+			continue
+		}
 		ctx, cancel := context.WithTimeout(c.run, 2*time.Second+rand.N(6*time.Second))
 		err := concurrency.Shards(ctx, c.cli, lockName(c.wl), shardCount, fn, concurrency.WithShardTTL(*ttl))
 		cancel()
@@ -75,4 +79,34 @@ func (c *client) shards() {
 			sleep(c.run, 50*time.Millisecond)
 		}
 	}
+}
+
+// rogueShards is a fault of the shards workload (issue 49): in turn, a
+// member of another shard count (twice the group's), which either is
+// refused (ErrInvalidShardCount: an older member runs the group's count)
+// or, older than every member, makes the members that join meanwhile
+// refused, until it leaves; and a member key written by hand with a
+// weight far above concurrency.MaxShardWeight (1<<60), which the members
+// count as MaxShardWeight, for 1 to 3 s. Either lasts at most 3 s; the
+// checks of every shard stay as they are: at most one owner at any
+// revision. What happened is recorded as an Info of FLock, for the
+// summary.
+func (c *client) rogueShards(fn func(context.Context, concurrency.Shard) error, turn int) {
+	ctx, cancel := context.WithTimeout(c.run, time.Second+rand.N(2*time.Second))
+	defer cancel()
+	if turn%2 == 0 {
+		err := concurrency.Shards(ctx, c.cli, lockName(c.wl), 2*shardCount, fn, concurrency.WithShardTTL(*ttl))
+		c.rec(hc.Op{Type: hc.Info, F: hc.FLock, Err: "rogue member of another count: " + errText(err)})
+		return
+	}
+	lease, err := c.cli.Grant(ctx, int64(*ttl))
+	if err == nil {
+		key := fmt.Sprintf("%s/members/%x", lockName(c.wl), int64(lease.ID))
+		_, err = c.cli.Put(ctx, key, fmt.Sprintf("shards=%d weight=%d", shardCount, int64(1)<<60), clientv3.WithLease(lease.ID))
+		<-ctx.Done()
+		rctx, rcancel := context.WithTimeout(c.life, 2*time.Second)
+		c.cli.Revoke(rctx, lease.ID)
+		rcancel()
+	}
+	c.rec(hc.Op{Type: hc.Info, F: hc.FLock, Err: "rogue member key of weight 1<<60: " + errText(err)})
 }
