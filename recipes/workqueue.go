@@ -47,7 +47,8 @@ type WorkQueue struct {
 	name   string
 	pfx    string // name + "/"
 	opts   wqOptions
-	named  atomic.Bool // the name was found free of other primitives' keys
+	named  atomic.Bool  // the name was found free of other primitives' keys
+	claims atomic.Int64 // claims seen by the last read of ready items
 }
 
 // WorkQueueOption configures a WorkQueue (NewWorkQueue).

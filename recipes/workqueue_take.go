@@ -60,6 +60,7 @@ func (q *WorkQueue) Take(ctx context.Context, s *concurrency.Session) (*Delivery
 	defer stop()
 	w := waiter{q: q, s: s}
 	defer w.leave(ctx)
+	var b retry
 	for {
 		if tctx.Err() != nil {
 			if ctx.Err() != nil {
@@ -68,14 +69,19 @@ func (q *WorkQueue) Take(ctx context.Context, s *concurrency.Session) (*Delivery
 			return nil, fmt.Errorf("recipes: take: %w", context.Cause(tctx))
 		}
 		d, due, err := q.tryTake(tctx, s, &w)
-		if d != nil || (err != nil && tctx.Err() == nil) {
-			return d, err
+		if d != nil {
+			return d, nil
 		}
 		if err == nil {
 			err = w.wait(tctx, due)
 		}
+		// A lost leader or connection does not end a Take: it reads again
+		// once etcd answers, as the recipes' waits do.
 		if err != nil && tctx.Err() == nil {
-			return nil, err
+			if !retryable(tctx, q.client, err) {
+				return nil, waitErr(tctx, q.client, err)
+			}
+			b.sleep(tctx)
 		}
 	}
 }
@@ -120,34 +126,39 @@ func (q *WorkQueue) tryTake(ctx context.Context, s *concurrency.Session, w *wait
 	}
 }
 
-// ready returns up to n ready items (not claimed), in order: it reads the
-// claims, and then, at the same revision, as many items as there are
-// claims plus n (claims are of items, so that many hold n ready ones).
+// ready returns up to n ready items (not claimed), in order, read in one
+// transaction: the claims, and as many items as there were claims last
+// time plus n (claims are of items, so that many hold n ready ones, unless
+// claims were added since: then it reads again with the new count).
 func (q *WorkQueue) ready(ctx context.Context, n int) ([]item, error) {
-	cresp, err := q.client.Get(ctx, q.pfx+"claim/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		return nil, err
-	}
-	claimed := make(map[string]bool, len(cresp.Kvs))
-	for _, kv := range cresp.Kvs {
-		claimed[strings.TrimPrefix(string(kv.Key), q.pfx+"claim/")] = true
-	}
-	iresp, err := q.client.Get(ctx, q.pfx+"item/", clientv3.WithPrefix(),
-		clientv3.WithRev(cresp.Header.Revision), clientv3.WithLimit(int64(len(cresp.Kvs)+n)))
-	if err != nil {
-		return nil, err
-	}
-	var free []item
-	for _, kv := range iresp.Kvs {
-		it, err := q.parseItem(kv, "item/")
+	for {
+		lim := q.claims.Load() + int64(n)
+		resp, err := q.client.Txn(ctx).Then(
+			clientv3.OpGet(q.pfx+"claim/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+			clientv3.OpGet(q.pfx+"item/", clientv3.WithPrefix(), clientv3.WithLimit(lim))).Commit()
 		if err != nil {
 			return nil, err
 		}
-		if !claimed[it.id] && len(free) < n {
-			free = append(free, it)
+		claims, items := resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange()
+		q.claims.Store(int64(len(claims.Kvs)))
+		claimed := make(map[string]bool, len(claims.Kvs))
+		for _, kv := range claims.Kvs {
+			claimed[strings.TrimPrefix(string(kv.Key), q.pfx+"claim/")] = true
+		}
+		var free []item
+		for _, kv := range items.Kvs {
+			it, err := q.parseItem(kv, "item/")
+			if err != nil {
+				return nil, err
+			}
+			if !claimed[it.id] && len(free) < n {
+				free = append(free, it)
+			}
+		}
+		if len(free) == n || !items.More || int64(len(claims.Kvs)+n) <= lim {
+			return free, nil
 		}
 	}
-	return free, nil
 }
 
 // parseItem parses an item, delayed item or dead letter key of kind k.
