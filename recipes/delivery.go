@@ -137,7 +137,11 @@ func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
 func (d *Delivery) end(ctx context.Context, ops []clientv3.Op, how string) (*clientv3.TxnResponse, error) {
 	ck := d.q.claimKey(d.it.id)
 	wctx, stop := settling(ctx)
-	resp, err := d.q.client.Txn(wctx).If(clientv3.Compare(clientv3.ModRevision(ck), "=", d.mod)).Then(ops...).Commit()
+	guard := clientv3.Compare(clientv3.ModRevision(ck), "=", d.mod)
+	if unguardedAck {
+		guard = clientv3.Compare(clientv3.ModRevision(ck), ">", -1)
+	}
+	resp, err := d.q.client.Txn(wctx).If(guard).Then(ops...).Commit()
 	stop()
 	if err != nil {
 		return nil, d.settle(ctx, err)
@@ -177,6 +181,10 @@ func (d *Delivery) settle(ctx context.Context, werr error) error {
 	d.finish(ctx, err)
 	return err
 }
+
+// unguardedAck is set only by the deliberately broken build of
+// brokenack.go, for the fault tests' control.
+var unguardedAck = false
 
 // finish ends the delivery's Ctx with cause and revokes its own lease.
 func (d *Delivery) finish(ctx context.Context, cause error) {
