@@ -68,11 +68,11 @@ const DefaultMaxRequestBytes = 1536 * 1024
 // Most that an option may ask for: deliveries of an item, and a
 // processing limit.
 const (
-	MaxDeliveriesLimit   = 1 << 20
-	MaxProcessingLimit   = 24 * time.Hour
-	maxDedupIDBytes      = 1024
-	recordOverheadBytes  = 512 // keys, header and the transaction around a record
-	defaultWaitLineProbe = 16  // delayed records read per promotion
+	MaxDeliveriesLimit  = 1 << 20
+	MaxProcessingLimit  = 24 * time.Hour
+	maxDedupIDBytes     = 1024
+	recordOverheadBytes = 512 // keys, header and the transaction around a record
+	promoteBatch        = 16  // delayed records read per Take
 )
 
 // WithMaxDeliveries moves an item to the dead letters instead of

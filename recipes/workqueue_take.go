@@ -32,8 +32,9 @@ import (
 // recipes' guard against a silent watch), so a first waiter that died
 // holds the line up for that long at most, not for its lease's TTL.
 
-// Take claims the next ready item (lowest priority number, then oldest) on
-// session s and returns its Delivery, blocking until there is one, ctx
+// Take claims the next ready item (lowest priority number, then oldest;
+// among the 32 oldest of that priority, at random, once it has lost a race
+// for one to another consumer: see pick) on session s and returns its Delivery, blocking until there is one, ctx
 // ends (an error matching ctx.Err()), or s ends (ErrSessionExpired of the
 // root package). The claim is a key on s's lease (or on a lease of its own
 // under WithProcessingLimit): the item is not delivered to anyone else
@@ -99,19 +100,25 @@ type item struct {
 // for s. It returns no Delivery and the earliest due time of the delayed
 // items left (zero if none) when no item is ready.
 func (q *WorkQueue) tryTake(ctx context.Context, s *concurrency.Session, w *waiter) (*Delivery, time.Time, error) {
-	due, err := q.promote(ctx)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	for {
-		free, err := q.ready(ctx, 2)
-		if err != nil || len(free) == 0 {
-			return nil, due, err
+	for spread := 1; ; spread = min(2*spread, maxSpread) {
+		free, delayed, err := q.ready(ctx, max(spread, 2))
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		due, moved, err := q.promote(ctx, delayed)
+		if err != nil || moved {
+			if err != nil {
+				return nil, time.Time{}, err
+			}
+			continue // read the items made ready
+		}
+		if len(free) == 0 {
+			return nil, due, nil
 		}
 		if len(free) > 1 {
 			w.leave(ctx) // the next waiter may take the second
 		}
-		it := free[0]
+		it := pick(free, spread)
 		if q.opts.maxDeliveries > 0 && it.count >= q.opts.maxDeliveries {
 			if err := q.bury(ctx, it); err != nil {
 				return nil, due, err
@@ -126,18 +133,38 @@ func (q *WorkQueue) tryTake(ctx context.Context, s *concurrency.Session, w *wait
 	}
 }
 
-// ready returns up to n ready items (not claimed), in order, read in one
-// transaction: the claims, and as many items as there were claims last
-// time plus n (claims are of items, so that many hold n ready ones, unless
-// claims were added since: then it reads again with the new count).
-func (q *WorkQueue) ready(ctx context.Context, n int) ([]item, error) {
+// maxSpread bounds how many of the oldest ready items a Take that lost
+// races picks from.
+const maxSpread = 32
+
+// pick returns the first of free, or, after lost races (spread > 1), one
+// at random among the first spread of the first one's priority: consumers
+// that all reach for the oldest item collide, and each collision costs a
+// read and a transaction (etcd's recipe Queue has the same herd). Order
+// within a priority is so FIFO while consumers do not collide, and within
+// a window of spread items while they do.
+func pick(free []item, spread int) item {
+	n := 1
+	for n < min(spread, len(free)) && free[n].prio == free[0].prio {
+		n++
+	}
+	return free[rand.IntN(n)]
+}
+
+// ready returns up to n ready items (not claimed), in order, and the
+// first delayed items, read in one transaction: the claims, as many items
+// as there were claims last time plus n (claims are of items, so that many
+// hold n ready ones, unless claims were added since: then it reads again
+// with the new count), and up to promoteBatch delayed items.
+func (q *WorkQueue) ready(ctx context.Context, n int) ([]item, []*mvccpb.KeyValue, error) {
 	for {
 		lim := q.claims.Load() + int64(n)
 		resp, err := q.client.Txn(ctx).Then(
 			clientv3.OpGet(q.pfx+"claim/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-			clientv3.OpGet(q.pfx+"item/", clientv3.WithPrefix(), clientv3.WithLimit(lim))).Commit()
+			clientv3.OpGet(q.pfx+"item/", clientv3.WithPrefix(), clientv3.WithLimit(lim)),
+			clientv3.OpGet(q.pfx+"delay/", clientv3.WithPrefix(), clientv3.WithLimit(promoteBatch))).Commit()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		claims, items := resp.Responses[0].GetResponseRange(), resp.Responses[1].GetResponseRange()
 		q.claims.Store(int64(len(claims.Kvs)))
@@ -149,14 +176,14 @@ func (q *WorkQueue) ready(ctx context.Context, n int) ([]item, error) {
 		for _, kv := range items.Kvs {
 			it, err := q.parseItem(kv, "item/")
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if !claimed[it.id] && len(free) < n {
 				free = append(free, it)
 			}
 		}
 		if len(free) == n || !items.More || int64(len(claims.Kvs)+n) <= lim {
-			return free, nil
+			return free, resp.Responses[2].GetResponseRange().Kvs, nil
 		}
 	}
 }
@@ -260,38 +287,34 @@ func (q *WorkQueue) bury(ctx context.Context, it item) error {
 	return writeErr(ctx, err)
 }
 
-// promote makes the delayed items whose due time has passed, by this
-// process's clock, ready, and returns the due time of the first one left
-// (zero if none).
-func (q *WorkQueue) promote(ctx context.Context) (time.Time, error) {
-	resp, err := q.client.Get(ctx, q.pfx+"delay/", clientv3.WithPrefix(), clientv3.WithLimit(defaultWaitLineProbe))
-	if err != nil {
-		return time.Time{}, err
-	}
-	for _, kv := range resp.Kvs {
+// promote makes the delayed items of kvs (the first ones, in due order)
+// whose due time has passed, by this process's clock, ready. It reports
+// whether it moved any, and the due time of the first one left (zero if
+// none).
+func (q *WorkQueue) promote(ctx context.Context, kvs []*mvccpb.KeyValue) (time.Time, bool, error) {
+	moved := false
+	for _, kv := range kvs {
 		due, err := q.dueOf(kv.Key)
 		if err != nil {
-			return time.Time{}, err
+			return time.Time{}, moved, err
 		}
 		if due.After(time.Now()) {
-			return due, nil
+			return due, moved, nil
 		}
 		it, err := q.parseItem(kv, "delay/")
 		if err != nil {
-			return time.Time{}, err
+			return time.Time{}, moved, err
 		}
 		wctx, stop := settling(ctx)
 		_, err = q.client.Txn(wctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
 			Then(clientv3.OpDelete(string(kv.Key)), clientv3.OpPut(q.itemKey(it.id), string(kv.Value))).Commit()
 		stop()
 		if err != nil {
-			return time.Time{}, writeErr(ctx, err)
+			return time.Time{}, moved, writeErr(ctx, err)
 		}
+		moved = true
 	}
-	if len(resp.Kvs) == defaultWaitLineProbe {
-		return time.Now(), nil // more may be due: read again soon
-	}
-	return time.Time{}, nil
+	return time.Time{}, moved, nil
 }
 
 // dueOf parses the due time of a delayed item's key.
