@@ -79,7 +79,9 @@ const (
 // delivering it an (n+1)th time: a Take that finds an item already
 // delivered n times, or a Nack of its nth delivery, moves it, in one
 // transaction. The default is no limit; n <= 0 or over
-// MaxDeliveriesLimit makes NewWorkQueue fail with ErrInvalidLimit.
+// MaxDeliveriesLimit makes NewWorkQueue fail with ErrInvalidLimit. The
+// limit is not stored in etcd: each process applies its own, so every
+// process of one queue should give the same.
 func WithMaxDeliveries(n int) WorkQueueOption {
 	return func(o *wqOptions) {
 		if n <= 0 || n > MaxDeliveriesLimit {
