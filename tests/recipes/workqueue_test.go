@@ -499,3 +499,43 @@ func TestWorkQueueNoHerd(t *testing.T) {
 		t.Errorf("one Put cost %d requests with 16 waiters, %d with 1: a herd", many, one)
 	}
 }
+
+// TestWorkQueueCompactedWhileWaiting: Takes wait on an empty queue (one
+// first in line, one behind it); the history is compacted and their
+// connection dropped, so their watches resume from a compacted revision.
+// They go on waiting (they read again), and a Put is taken, and then a
+// second one: the line still moves.
+func TestWorkQueueCompactedWhileWaiting(t *testing.T) {
+	clus := bridgeCluster(t)
+	pfx := etcdtest.Begin(t)
+	wc := etcdtest.NewClient(t, []string{clus.Members[0].GRPCURL})
+	pc := etcdtest.NewClient(t, []string{clus.Members[1].GRPCURL})
+	q, prod := newWorkQueue(t, wc, pfx+"/q"), newWorkQueue(t, pc, pfx+"/q")
+	got := make(chan string, 2)
+	for range 2 {
+		s := newSession(t, wc)
+		async(t, func() error {
+			d, err := q.Take(bounded(t, 60*time.Second), s)
+			if err != nil {
+				return err
+			}
+			got <- d.Value()
+			return d.Ack(t.Context())
+		})
+	}
+	etcdtest.Eventually(t, 20*time.Second, func() bool { return len(etcdtest.Keys(t, pc, pfx+"/q/wait")) == 2 }, "Takes not in line")
+	compactNow(t, pc, pfx, 5)
+	clus.Members[0].Bridge().DropConnections()
+	for _, v := range []string{"a", "b"} {
+		put(t, prod, v)
+		select {
+		case g := <-got:
+			if g != v {
+				t.Errorf("took %q, want %q", g, v)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%q not taken after the compaction", v)
+		}
+	}
+	etcdtest.Eventually(t, 10*time.Second, func() bool { return len(etcdtest.Keys(t, pc, pfx+"/q")) == 0 }, "keys left")
+}
