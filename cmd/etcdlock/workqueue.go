@@ -86,6 +86,22 @@ func (o *workOptions) open(ctx context.Context, conn *connFlags, name string) (*
 	return cli, q, nil
 }
 
+// onQueue runs fn on the queue NAME, with a context that a signal ends
+// and one request's context (bounded by --command-timeout), and returns
+// its error, or the signal's.
+func (o *workOptions) onQueue(conn *connFlags, name string, fn func(ctx, rctx context.Context, q *recipes.WorkQueue) error) error {
+	ctx, stop := withSignals()
+	defer stop()
+	cli, q, err := o.open(ctx, conn, name)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	rctx, cancel := conn.requestCtx(ctx)
+	defer cancel()
+	return orInterrupted(ctx, "", fn(ctx, rctx, q))
+}
+
 func (o *workOptions) putCommand(conn *connFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "put NAME VALUE",
@@ -100,31 +116,24 @@ func (o *workOptions) putCommand(conn *connFlags) *cobra.Command {
 				}
 				val = string(b)
 			}
-			ctx, stop := withSignals()
-			defer stop()
-			cli, q, err := o.open(ctx, conn, args[0])
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
 			opts := []recipes.PutOption{recipes.WithPriority(o.priority), recipes.WithDelay(o.delay)}
 			if o.dedup != "" {
 				opts = append(opts, recipes.WithDedupID(o.dedup))
 			}
-			rctx, cancel := conn.requestCtx(ctx)
-			defer cancel()
-			id, err := q.Put(rctx, val, opts...)
-			switch {
-			case errors.Is(err, recipes.ErrDuplicate):
+			return o.onQueue(conn, args[0], func(_, rctx context.Context, q *recipes.WorkQueue) error {
+				id, err := q.Put(rctx, val, opts...)
+				switch {
+				case errors.Is(err, recipes.ErrDuplicate):
+					fmt.Fprintln(cmd.OutOrStdout(), id)
+					return withCode(exitBusy, err)
+				case errors.Is(err, recipes.ErrInvalidDelay) || errors.Is(err, recipes.ErrItemTooLarge) || errors.Is(err, recipes.ErrInvalidName):
+					return withCode(exitUsage, err)
+				case err != nil:
+					return err
+				}
 				fmt.Fprintln(cmd.OutOrStdout(), id)
-				return withCode(exitBusy, err)
-			case errors.Is(err, recipes.ErrInvalidDelay) || errors.Is(err, recipes.ErrItemTooLarge) || errors.Is(err, recipes.ErrInvalidName):
-				return withCode(exitUsage, err)
-			case err != nil:
-				return orInterrupted(ctx, "", err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), id)
-			return nil
+				return nil
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -274,29 +283,21 @@ func (o *workOptions) listCommand(conn *connFlags, dead bool) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := withSignals()
-			defer stop()
-			cli, q, err := o.open(ctx, conn, args[0])
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			rctx, cancel := conn.requestCtx(ctx)
-			defer cancel()
-			var items []recipes.ItemInfo
-			if dead {
-				items, err = q.DeadLetters(rctx, o.limit)
-			} else {
-				items, err = q.Items(rctx, o.limit)
-			}
-			if err != nil {
-				return orInterrupted(ctx, "", err)
-			}
-			for _, it := range items {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\tpriority %d\tdeliveries %d\tput %s\t%q\n", it.ID, it.State, it.Priority,
-					it.Deliveries, it.PutTime.UTC().Format(time.RFC3339), oneLine(it.Value))
-			}
-			return nil
+			return o.onQueue(conn, args[0], func(_, rctx context.Context, q *recipes.WorkQueue) error {
+				list := q.Items
+				if dead {
+					list = q.DeadLetters
+				}
+				items, err := list(rctx, o.limit)
+				if err != nil {
+					return err
+				}
+				for _, it := range items {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\tpriority %d\tdeliveries %d\tput %s\t%q\n", it.ID, it.State, it.Priority,
+						it.Deliveries, it.PutTime.UTC().Format(time.RFC3339), oneLine(it.Value))
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().Int64Var(&o.limit, "limit", 100, "list at most this many (0: all)")
@@ -309,26 +310,19 @@ func (o *workOptions) statsCommand(conn *connFlags) *cobra.Command {
 		Short: "Count the items ready, in flight, delayed and dead, and the oldest's age",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := withSignals()
-			defer stop()
-			cli, q, err := o.open(ctx, conn, args[0])
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			rctx, cancel := conn.requestCtx(ctx)
-			defer cancel()
-			st, err := q.Stats(rctx)
-			if err != nil {
-				return orInterrupted(ctx, "", err)
-			}
-			age := "none"
-			if !st.Oldest.IsZero() {
-				age = time.Since(st.Oldest).Round(time.Millisecond).String()
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "ready %d\nin flight %d\ndelayed %d\ndead %d\noldest age %s\nrevision %d\n",
-				st.Ready, st.InFlight, st.Delayed, st.Dead, age, st.Revision)
-			return nil
+			return o.onQueue(conn, args[0], func(_, rctx context.Context, q *recipes.WorkQueue) error {
+				st, err := q.Stats(rctx)
+				if err != nil {
+					return err
+				}
+				age := "none"
+				if !st.Oldest.IsZero() {
+					age = time.Since(st.Oldest).Round(time.Millisecond).String()
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "ready %d\nin flight %d\ndelayed %d\ndead %d\noldest age %s\nrevision %d\n",
+					st.Ready, st.InFlight, st.Delayed, st.Dead, age, st.Revision)
+				return nil
+			})
 		},
 	}
 }
@@ -348,40 +342,35 @@ func (o *workOptions) deadCommand(conn *connFlags, verb string) *cobra.Command {
 			if all == (len(args) > 1) {
 				return usagef("work %s NAME needs IDs or --all, not both", verb)
 			}
-			ctx, stop := withSignals()
-			defer stop()
-			cli, q, err := o.open(ctx, conn, args[0])
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			ids := args[1:]
-			if all {
-				dead, err := q.DeadLetters(ctx, 0)
-				if err != nil {
-					return orInterrupted(ctx, "", err)
+			return o.onQueue(conn, args[0], func(ctx, _ context.Context, q *recipes.WorkQueue) error {
+				ids := args[1:]
+				if all {
+					dead, err := q.DeadLetters(ctx, 0)
+					if err != nil {
+						return err
+					}
+					for _, d := range dead {
+						ids = append(ids, d.ID)
+					}
 				}
-				for _, d := range dead {
-					ids = append(ids, d.ID)
+				do := q.Requeue
+				if verb == "purge" {
+					do = q.Purge
 				}
-			}
-			do := q.Requeue
-			if verb == "purge" {
-				do = q.Purge
-			}
-			for _, id := range ids {
-				rctx, cancel := conn.requestCtx(ctx)
-				err := do(rctx, id)
-				cancel()
-				if errors.Is(err, recipes.ErrNotFound) {
-					return withCode(exitNotFound, err)
+				for _, id := range ids {
+					rctx, cancel := conn.requestCtx(ctx)
+					err := do(rctx, id)
+					cancel()
+					if errors.Is(err, recipes.ErrNotFound) {
+						return withCode(exitNotFound, err)
+					}
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", verb+"d", id)
 				}
-				if err != nil {
-					return orInterrupted(ctx, "", err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", verb+"d", id)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "every dead letter")
