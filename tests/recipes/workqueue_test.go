@@ -539,3 +539,36 @@ func TestWorkQueueCompactedWhileWaiting(t *testing.T) {
 	}
 	etcdtest.Eventually(t, 10*time.Second, func() bool { return len(etcdtest.Keys(t, pc, pfx+"/q")) == 0 }, "keys left")
 }
+
+// TestWorkQueueDeadFirstWaiter: the first in the waiting line is a
+// process that hangs with its lease alive (here a waiter key that nobody
+// serves). A Take behind it still gets a new item, by its read every 5 s,
+// not after the hung process's TTL.
+func TestWorkQueueDeadFirstWaiter(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	q := newWorkQueue(t, c, pfx)
+	hung := newSession(t, c)
+	if _, err := c.Put(t.Context(), fmt.Sprintf("%s/wait/%x/00000000", pfx, int64(hung.Lease())), "", clientv3.WithLease(hung.Lease())); err != nil {
+		t.Fatal(err)
+	}
+	s := newSession(t, c)
+	var got string
+	errc := async(t, func() error {
+		d, err := q.Take(bounded(t, 30*time.Second), s)
+		if err != nil {
+			return err
+		}
+		got = d.Value()
+		return d.Ack(t.Context())
+	})
+	etcdtest.Eventually(t, 10*time.Second, func() bool { return len(etcdtest.Keys(t, c, pfx+"/wait")) == 2 }, "Take not in line")
+	start := time.Now()
+	put(t, q, "job")
+	if err := within(t, 15*time.Second, errc, "Take behind a hung first waiter"); err != nil || got != "job" {
+		t.Fatalf("Take = %q, %v", got, err)
+	}
+	t.Logf("taken after %v behind a hung first waiter", time.Since(start).Round(time.Millisecond))
+	hung.Close()
+	noKeysLeft(t, c, pfx)
+}
