@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency"
@@ -229,7 +230,7 @@ func (q *WorkQueue) claim(ctx context.Context, s *concurrency.Session, it item) 
 		if own {
 			revoke(ctx, q.client, lease)
 		}
-		return nil, writeErr(ctx, err)
+		return nil, leaseGone(writeErr(ctx, err))
 	}
 	it.count++
 	return newDelivery(q, s, it, token, lease, own), nil
@@ -263,6 +264,16 @@ func (q *WorkQueue) settleClaim(ctx context.Context, s *concurrency.Session, ck 
 		sweepLate(s, ck)
 	}
 	return 0
+}
+
+// leaseGone adds the root package's ErrSessionExpired and
+// ErrLeaseNotFound to err if etcd refused a key on the session's lease
+// because the lease is gone (nothing was written then).
+func leaseGone(err error) error {
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("%w: %w: %w", concurrency.ErrSessionExpired, concurrency.ErrLeaseNotFound, err)
+	}
+	return err
 }
 
 // revoke revokes lease, bounded as cleanup.
@@ -429,7 +440,7 @@ func (w *waiter) join(ctx context.Context) error {
 		if !errors.Is(err, ErrKeyExists) {
 			sweepLate(w.s, key)
 		}
-		return writeErr(ctx, err)
+		return leaseGone(writeErr(ctx, err))
 	}
 	w.key, w.rev = key, rev
 	return nil

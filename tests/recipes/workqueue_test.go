@@ -572,3 +572,34 @@ func TestWorkQueueDeadFirstWaiter(t *testing.T) {
 	hung.Close()
 	noKeysLeft(t, c, pfx)
 }
+
+// TestWorkQueueTakeOnRevokedLease: a Take on a session whose lease was
+// revoked from outside, before the session noticed, fails with the root
+// package's ErrSessionExpired, with an item ready or none, and leaves
+// nothing behind.
+func TestWorkQueueTakeOnRevokedLease(t *testing.T) {
+	for _, ready := range []bool{true, false} {
+		t.Run(fmt.Sprint("ready=", ready), func(t *testing.T) {
+			pfx := etcdtest.Begin(t)
+			c := sharedClient(t)
+			q := newWorkQueue(t, c, pfx)
+			if ready {
+				put(t, q, "job")
+			}
+			s := newSession(t, c)
+			if _, err := c.Revoke(t.Context(), s.Lease()); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := q.Take(bounded(t, 20*time.Second), s); !errors.Is(err, concurrency.ErrSessionExpired) {
+				t.Fatalf("Take = %v, %v; want ErrSessionExpired", d, err)
+			}
+			n := 0
+			if ready {
+				n = 1 // the item, unclaimed
+			}
+			if kvs := etcdtest.Keys(t, c, pfx); len(kvs) != n {
+				t.Errorf("%d keys left, want %d", len(kvs), n)
+			}
+		})
+	}
+}
