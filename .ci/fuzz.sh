@@ -26,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${FUZZTIME:-20000x}
 parallel=${FUZZPARALLEL:-2}
-for pkg in . ./cmd/etcdlock; do
+for pkg in . ./cmd/etcdlock ./recipes; do
 	for target in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(f \*testing.F).*/\1/p' "$pkg"/*_test.go); do
 		echo "== $pkg $target ($fuzztime)"
 		go test -run '^$' -fuzz "^$target\$" -fuzztime "$fuzztime" -parallel "$parallel" "$pkg"

@@ -1,6 +1,7 @@
 package compare_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -30,6 +31,30 @@ func TestSmoke(t *testing.T) {
 			check(t, r)
 			if r.Overlaps != 0 || r.Lost != 0 {
 				t.Errorf("without faults: %d overlaps, %d lost updates: %v", r.Overlaps, r.Lost, r.Events)
+			}
+		})
+	}
+	// The work queues: every item done once without crashes; with them,
+	// this module's queue loses none, the others lose what crashed.
+	for _, q := range compare.Queues {
+		t.Run("queue/"+q, func(t *testing.T) {
+			sys := compare.This
+			if q == compare.QRedis {
+				sys = compare.RedisLock
+			}
+			for _, crash := range []int{0, 3} {
+				r, err := compare.RunQueue(t.Context(), q, env.ClientAddrs(sys), fmt.Sprintf("/smoke/%s-%d", q, crash), 4, 30, crash, 2*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("crash 1 in %d: %+v", crash, r)
+				wantLost := 0
+				if q != compare.QWorkQueue {
+					wantLost = r.Crashes
+				}
+				if r.Lost != wantLost || r.Duplicated != 0 {
+					t.Errorf("crash 1 in %d: %d lost (want %d), %d done twice", crash, r.Lost, wantLost, r.Duplicated)
+				}
 			}
 		})
 	}

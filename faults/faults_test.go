@@ -91,7 +91,7 @@ func TestFaults(t *testing.T) {
 		procs:     *flagProcs,
 		clients:   *flagClients,
 		ttl:       *flagTTL,
-		workloads: []string{"txn", "fence", "unguarded", "election", "lead", "semaphore", "wsemaphore", "rwmutex", "cancel", "hold", "maxhold", "yield", "queue", "pqueue", "barrier", "dbarrier", "latch", "shards"},
+		workloads: []string{"txn", "fence", "unguarded", "election", "lead", "semaphore", "wsemaphore", "rwmutex", "cancel", "hold", "maxhold", "yield", "queue", "pqueue", "barrier", "dbarrier", "latch", "shards", "workq"},
 		faults:    allFaults,
 	}
 	if *flagOnly != "" {
@@ -110,6 +110,8 @@ func TestFaults(t *testing.T) {
 			f = "campaign"
 		case queueWorkload(wl):
 			f = "dequeue"
+		case wl == "workq":
+			f = "wqtake"
 		case wl == "barrier":
 			f = "bwait"
 		case wl == "dbarrier":

@@ -430,10 +430,15 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 	found := map[string]int{}
 	timelines := map[string]*hc.Timeline{}
 	var shardModels []modelVerdict // shards_test.go
+	var workqModels []modelVerdict // workq_test.go
 	for _, wl := range r.cfg.workloads {
 		before := rep.Total()
 		if wl == "shards" { // shards_test.go
 			shardModels = checkShards(rep, r.pfx+"/lock/shards", events[r.pfx+"/lock/shards"], byWorkload[wl], all, eventAt)
+			continue
+		}
+		if wl == "workq" { // workq_test.go
+			workqModels = checkWorkQueue(rep, r.pfx+"/lock/workq", events[r.pfx+"/lock/workq"], byWorkload[wl], r.workqEnd(ctx))
 			continue
 		}
 		if queueWorkload(wl) {
@@ -497,7 +502,7 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 			found[wl+" counter"] = rep.Total() - before
 		}
 	}
-	res.models = append(checkModels(rep, r.cfg.workloads, all, eventAt, byWorkload, timelines, counters, found), shardModels...)
+	res.models = append(checkModels(rep, r.cfg.workloads, all, eventAt, byWorkload, timelines, counters, found), append(shardModels, workqModels...)...)
 	for _, w := range r.workers {
 		r.t.Logf("worker %d: history %s, log %s", w.p, w.history, w.log)
 	}
@@ -579,6 +584,9 @@ func (r *run) leftovers(ctx context.Context) []string {
 			return []string{err.Error()}
 		}
 		for _, kv := range resp.Kvs {
+			if workqLeft(r.pfx, string(kv.Key)) {
+				continue // items a work queue keeps (workq_test.go)
+			}
 			left = append(left, fmt.Sprintf("key %s (lease %x)", kv.Key, kv.Lease))
 		}
 	}

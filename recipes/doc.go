@@ -50,6 +50,14 @@
 //     so it does not exclude etcd's recipe RWMutex on the same name: their
 //     keys differ.
 //
+// WorkQueue is not in etcd's package: a queue whose items are claimed,
+// not deleted, when taken. A claim is a key on the consumer's session
+// lease, so an item comes back when its consumer's lease ends and never
+// while it lives; Ack, AckTxn and Nack are fenced by the claim; items have
+// priorities, delays (by the clients' clocks), deduplication ids, a
+// delivery limit and dead letters. docs/semantics.md says what its
+// "exactly once" covers.
+//
 // Keys are compatible with etcd's where the two can meet: a Queue's
 // elements and a Barrier's key are named as etcd's, so the two packages'
 // values on one name work together.

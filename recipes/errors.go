@@ -26,4 +26,40 @@ var (
 	// session, and ErrNilClient by those of a value made with a nil client.
 	ErrNilSession = errors.New("recipes: nil session")
 	ErrNilClient  = errors.New("recipes: nil client")
+
+	// ErrInvalidName is returned by NewWorkQueue for an empty name, and by
+	// WorkQueue.Put for a deduplication id over 1 KiB.
+	ErrInvalidName = errors.New("recipes: invalid name")
+	// ErrNameInUse is returned by a WorkQueue's calls when a key under its
+	// name is not a work queue's: another primitive uses the name, or a
+	// prefix of it. Nothing is written.
+	ErrNameInUse = errors.New("recipes: name in use by another primitive")
+	// ErrInvalidLimit is returned by NewWorkQueue for a limit of zero or
+	// less, or over its documented maximum.
+	ErrInvalidLimit = errors.New("recipes: invalid limit")
+	// ErrInvalidDelay is returned by WorkQueue.Put and Delivery.Nack for a
+	// negative delay; nothing is written.
+	ErrInvalidDelay = errors.New("recipes: negative delay")
+	// ErrItemTooLarge is returned by WorkQueue.Put for an item that would
+	// not fit in one etcd request (see WithMaxRequestBytes); nothing is
+	// written.
+	ErrItemTooLarge = errors.New("recipes: item too large")
+	// ErrDuplicate is returned by WorkQueue.Put, with the id of the item
+	// already there, when an item put with the same deduplication id is
+	// still in the queue; nothing is written.
+	ErrDuplicate = errors.New("recipes: duplicate item")
+	// ErrClaimLost is returned by Delivery.Ack, AckTxn and Nack when the
+	// delivery's claim is gone (its session's lease expired or was
+	// revoked, its processing limit passed, or it was acknowledged
+	// already): nothing was changed, and the item is, or was, delivered
+	// again. It is also the context.Cause of a Delivery's Ctx then.
+	ErrClaimLost = errors.New("recipes: delivery's claim lost")
+	// ErrAckUnknown is returned by Delivery.Ack, AckTxn and Nack when the
+	// reply to the write was lost and its outcome could not be settled:
+	// the item is gone, acknowledged by this call or by another consumer
+	// after this claim was lost. It wraps the write's error.
+	ErrAckUnknown = errors.New("recipes: outcome of an acknowledgement unknown")
+	// ErrNotFound is returned by WorkQueue.Requeue and Purge for a dead
+	// letter that is not there.
+	ErrNotFound = errors.New("recipes: not found")
 )

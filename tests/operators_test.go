@@ -16,11 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
 	concurrencyprom "github.com/seed-a9d410c6/concurrency/prometheus"
+	"github.com/seed-a9d410c6/concurrency/recipes"
 )
 
 // The operators' bundle (issue 31): the rules, their promtool tests and the
@@ -111,6 +113,7 @@ func scrapeLibrary(t *testing.T) *exported {
 		if err := <-errc; !errors.Is(err, context.Canceled) {
 			t.Fatalf("Shards returned %v", err)
 		}
+		scrapeWorkQueue(t, reg, s, base+"/work")
 		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)
@@ -370,5 +373,45 @@ func TestOperatorsDashboardQueries(t *testing.T) {
 	out, err := exec.Command(promtool, "check", "rules", file).CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool check rules on the dashboard's queries: %v\n%s\n%s", err, out, b.String())
+	}
+}
+
+// scrapeWorkQueue registers a WorkQueueCollector of the queue name with
+// reg and delivers an item twice (a Nack, then an Ack), observed.
+func scrapeWorkQueue(t *testing.T, reg *prometheus.Registry, s *concurrency.Session, name string) {
+	t.Helper()
+	q, err := recipes.NewWorkQueue(s.Client(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := concurrencyprom.NewWorkQueueCollector("", 0, q)
+	if err := reg.Register(col); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Put(t.Context(), "job"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		d, err := q.Take(ctx, s)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		col.ObserveDelivery(q.Name(), d)
+		if i == 0 {
+			err = d.Nack(t.Context(), 0)
+		} else {
+			err = d.Ack(t.Context())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := sample(t, reg, "concurrency_workqueue_redeliveries_total", nil); got != 1 {
+		t.Errorf("redeliveries %v, want 1", got)
+	}
+	if got := sample(t, reg, "concurrency_workqueue_items", map[string]string{"state": "ready"}); got != 0 {
+		t.Errorf("ready items %v, want 0", got)
 	}
 }

@@ -213,17 +213,28 @@ prints a script; 'etcdlock completion bash --help' says where to put it.
 		newForceUnlockCommand(conn),
 		newYieldCommand(conn),
 		newShardsCommand(conn), // shards.go
+		newWorkCommand(conn),   // workqueue.go
 		newDemoCommand(conn),
 		newVersionCommand(),
 	} {
-		runE := sub.RunE
-		sub.RunE = func(cmd *cobra.Command, args []string) error {
-			*started = true
-			return runE(cmd, args)
-		}
+		markStarted(sub, started)
 		root.AddCommand(sub)
 	}
 	return root, started
+}
+
+// markStarted makes cmd's RunE, and its subcommands', set started when
+// it begins.
+func markStarted(cmd *cobra.Command, started *bool) {
+	if runE := cmd.RunE; runE != nil {
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			*started = true
+			return runE(cmd, args)
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		markStarted(sub, started)
+	}
 }
 
 // oneLine shortens s to its first line, for messages that quote etcd values.

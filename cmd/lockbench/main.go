@@ -191,11 +191,11 @@ type config struct {
 }
 
 // groups are the workload groups that -only selects from, in run order.
-var groups = []string{"basic", "contended", "anatomy", "many", "queue", "semaphore", "rwmutex", "metrics", "lost", "idle", "slow", "rebalance"}
+var groups = []string{"basic", "contended", "anatomy", "many", "queue", "semaphore", "rwmutex", "metrics", "lost", "idle", "slow", "rebalance", "workq"}
 
 // optIn are the groups that run only when -only names them: their
 // windows are minutes long.
-var optIn = []string{"idle", "slow", "rebalance"}
+var optIn = []string{"idle", "slow", "rebalance", "workq"}
 
 // runs reports whether the workloads of group run.
 func (c config) runs(group string) bool {

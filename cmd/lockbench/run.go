@@ -275,6 +275,11 @@ func run(ctx context.Context, cfg config, w io.Writer) (err error) {
 			return err
 		}
 	}
+	if cfg.runs("workq") { // workqueue.go
+		if err := runWorkQueue(ctx, cfg, root, w); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -293,6 +293,8 @@ func (c *client) loop() {
 			err = c.doubleBarrier(s)
 		case "latch":
 			err = c.latch()
+		case "workq": // workq.go
+			err = c.workQueue(s)
 		default:
 			err = c.lock(s)
 		}

@@ -27,6 +27,10 @@ const (
 	// Queues of package recipes (the queue workloads of the fault tests).
 	QueueNoLoss = "queue: no element lost"
 	QueueNoDup  = "queue: no element returned twice (beyond ErrClaimUnknown)"
+	// Work queues of package recipes (the workq workload, issue 53).
+	WorkQueueNoLoss = "work queue: every item put is acked once, dead-lettered or still queued"
+	WorkQueueClaim  = "work queue: no item delivered again while its claim lives; acks inside their claim"
+	WorkQueueOnce   = "work queue: effects through the ack transaction applied exactly once"
 	// Barriers, double barriers and latches of package recipes.
 	BarrierEarly = "barriers: none released early"
 	BarrierLate  = "half-open: no barrier released late"
@@ -34,7 +38,7 @@ const (
 
 // Guarded lists the invariants that must have zero violations, in the order
 // of the report.
-var Guarded = []string{Exclusion, CreateOrder, SemLimit, SemWeight, RWExclude, ReadStable, GuardedTxn, Counter, FenceStore, OneLeader, LeaderRead, WaiterLive, HoldEnds, QueueNoLoss, QueueNoDup, BarrierEarly, BarrierLate, Linearizable, Agree, Returned, NoKeysLeft, NoLeaks, Complete}
+var Guarded = []string{Exclusion, CreateOrder, SemLimit, SemWeight, RWExclude, ReadStable, GuardedTxn, Counter, FenceStore, OneLeader, LeaderRead, WaiterLive, HoldEnds, QueueNoLoss, QueueNoDup, WorkQueueNoLoss, WorkQueueClaim, WorkQueueOnce, BarrierEarly, BarrierLate, Linearizable, Agree, Returned, NoKeysLeft, NoLeaks, Complete}
 
 // Measures of the unguarded control: reported, never asserted, because a
 // lock without fencing cannot prevent them.

@@ -29,11 +29,16 @@ var (
 	full    = flag.Bool("full", false, "the full comparison (about 13 minutes); else a short one")
 	systems = flag.String("systems", strings.Join(compare.Systems, ","), "systems to run")
 	faults  = flag.String("faults", strings.Join(compare.Faults, ","), "faults to run")
+	queues  = flag.Bool("queues", false, "only the work queues side by side (issue 53, queues.go), about 2 minutes")
 )
 
 func main() {
 	flag.Parse()
-	if err := run(os.Stdout); err != nil {
+	do := run
+	if *queues {
+		do = runQueues
+	}
+	if err := do(os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		os.Exit(1)
 	}
