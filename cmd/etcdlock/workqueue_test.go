@@ -57,7 +57,7 @@ func TestWork(t *testing.T) {
 	expectRun(t, 10*time.Second, 0, nil, []string{"work", "purge", "--all", name})
 	// Nothing is left: the killed taker's lease expired, the item was
 	// acknowledged, the dead letter purged with its dedup id. (Its
-	// command, sleep 10, outlives it: supervised sets no parent-death
-	// signal.)
+	// command, sleep 10, dies with it: the guardian of guardian.go, as
+	// TestKilledEtcdlockKillsCommand checks for lock, elect and shards.)
 	etcdtest.Eventually(t, 10*time.Second, func() bool { return len(etcdtest.Keys(t, c, name)) == 0 }, "keys left under %s", name)
 }
