@@ -34,7 +34,7 @@ func pgidOf(t *testing.T, pid int) int {
 // guarded the command expires; for lock, elect and shards. For shards, a
 // second etcdlock waits on the group and starts the shard's command only
 // after the first's lease expired, when none of the first's processes
-// runs.
+// runs. For work take (issue 53), the item's command dies the same way.
 func TestKilledEtcdlockKillsCommand(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -44,10 +44,14 @@ func TestKilledEtcdlockKillsCommand(t *testing.T) {
 		{"lock", []string{"lock", "--ttl", "3"}, nil},
 		{"elect", []string{"elect", "--ttl", "3"}, []string{"v"}},
 		{"shards", []string{"shards", "--ttl", "3"}, []string{"1"}},
+		{"work", []string{"work", "take", "--ttl", "3"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pfx := begin(t)
 			pids := backgroundPIDs(t)
+			if tc.name == "work" {
+				expectRun(t, 10*time.Second, 0, nil, []string{"work", "put", pfx, "item"})
+			}
 			args := append(append(append(append([]string{}, tc.args...), pfx), tc.after...), "--", "sh", "-c", backgroundScript)
 			p := start(t, []string{"PIDS=" + pids}, args...)
 			p.waitFor(p.stdout, "ready\n")
