@@ -3,6 +3,7 @@ package concurrency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -189,7 +190,10 @@ type reply[T any] struct {
 // because another answered first, may still be applied by etcd, late, or
 // beside the one that answered: op must be harmless applied twice, or
 // after a later request of the caller (each caller says why it is).
-// ask returns ctx.Err() if ctx ends first.
+// ask returns ctx.Err() if ctx ends first, and an error matching
+// ErrClientClosed (see clientClosed) if the client is closed first: a
+// closed client's requests fail with context.Canceled, which is no reason
+// to try again.
 func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c int, op func(ctx context.Context) (T, error)) (v T, sent int, err error) {
 	ans := answersOf(client)
 	replies := make(chan reply[T])
@@ -258,6 +262,9 @@ func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c
 			if !drop(r.a) && r.err != nil {
 				continue // given up: its error is its cancellation
 			}
+			if r.err != nil && ctx.Err() == nil && client.Ctx().Err() != nil {
+				return r.v, sent, clientClosed(client)
+			}
 			if r.err == nil || !transient(r.err) || len(flight) == 0 || ctx.Err() != nil {
 				return r.v, sent, r.err
 			}
@@ -275,8 +282,18 @@ func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c
 		case <-ctx.Done():
 			var zero T
 			return zero, sent, ctx.Err()
+		case <-client.Ctx().Done():
+			var zero T
+			return zero, sent, clientClosed(client)
 		}
 	}
+}
+
+// clientClosed is the error of a call whose client is closed: it matches
+// ErrClientClosed and context.Canceled (what clientv3 returns for a
+// closed client's requests).
+func clientClosed(client *clientv3.Client) error {
+	return fmt.Errorf("%w: %w", ErrClientClosed, context.Cause(client.Ctx()))
 }
 
 // rpcErr is err, of a request sent with etcd's gRPC API on ctx rather
@@ -348,6 +365,14 @@ func (b *backoff) sleep(ctx context.Context) bool {
 	return ok
 }
 
+// pause is sleep that also ends when client is closed.
+func (b *backoff) pause(ctx context.Context, client *clientv3.Client) bool {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(client.Ctx(), cancel)()
+	return b.sleep(ctx)
+}
+
 // reset makes the next wait firstRetry again. A nil b is left alone.
 func (b *backoff) reset() {
 	if b != nil {
@@ -382,6 +407,12 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// pause waits for d, for ctx to end or for client to be closed, and
+// reports whether d passed.
+func pause(ctx context.Context, client *clientv3.Client, d time.Duration) bool {
+	return (&backoff{d: d}).pause(ctx, client)
 }
 
 // errNoAnswer says that etcd did not answer in time on a connection that

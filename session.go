@@ -184,15 +184,31 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 			return nil, err
 		}
 	}
-	stop := context.AfterFunc(o.ctx, func() {
-		s.endLife(fmt.Errorf("%w: session context ended: %w", ErrSessionExpired, context.Cause(o.ctx)))
-	})
-	context.AfterFunc(s.life, func() { stop() })
+	s.endWith(o.ctx)
 	if o.health != nil {
 		s.done.Add(1)
 		go s.checkHealth(o.health)
 	}
 	return s, nil
+}
+
+// endWith ends the session's life when ctx (WithContext's) ends, or when
+// its client is closed, whichever comes first: a closed client renews
+// nothing, whatever the session's own context (etcd's package ends its
+// sessions with the client too, since it renews on the client's context).
+func (s *Session) endWith(ctx context.Context) {
+	closed := func() {
+		s.endLife(fmt.Errorf("%w: %w", ErrSessionExpired, clientClosed(s.client)))
+	}
+	stopClient := context.AfterFunc(s.client.Ctx(), closed)
+	stop := context.AfterFunc(ctx, func() {
+		if s.client.Ctx().Err() != nil {
+			closed()
+			return
+		}
+		s.endLife(fmt.Errorf("%w: session context ended: %w", ErrSessionExpired, context.Cause(ctx)))
+	})
+	context.AfterFunc(s.life, func() { stop(); stopClient() })
 }
 
 // newSessionTimeout bounds NewSession's first round trip for a session
@@ -220,7 +236,8 @@ func (s *Session) Lease() clientv3.LeaseID { return s.id }
 
 // Ctx is the context attached to the session. It is cancelled when the
 // session ends: its lease is revoked or expires, its conservative deadline
-// passes without a renewal, its WithContext context ends, or Orphan or Close
+// passes without a renewal, its WithContext context ends, its client is
+// closed (the cause then matches ErrClientClosed too), or Orphan or Close
 // is called. context.Cause(s.Ctx()) says why and matches ErrSessionExpired.
 func (s *Session) Ctx() context.Context { return s.ctx }
 
@@ -264,7 +281,9 @@ func (s *Session) Orphan() {
 // attached to it. The revoke is retried while etcd is unreachable, bounded
 // by the lease TTL and by the WithContext context: if that ends first, the
 // lease is left to expire and the error is returned. Closing a session
-// whose lease is already gone, or closing twice, returns nil.
+// whose lease is already gone, or closing twice, returns nil. Closing a
+// session whose client is closed returns at once, with an error matching
+// ErrClientClosed: the lease is left to expire.
 func (s *Session) Close() error {
 	s.endLife(fmt.Errorf("%w: session closed", ErrSessionExpired))
 	s.Orphan()
@@ -275,6 +294,9 @@ func (s *Session) Close() error {
 	s.sweeping.Wait()
 	if s.ttl == 0 {
 		return nil // WithLease on a missing lease: nothing to revoke
+	}
+	if s.client.Ctx().Err() != nil {
+		return clientClosed(s.client) // it revokes nothing
 	}
 	// If the revoke takes longer than the TTL, the lease has expired anyway.
 	ctx, cancel := context.WithTimeout(s.opts.ctx, s.ttl)

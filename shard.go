@@ -159,11 +159,18 @@ func Shards(ctx context.Context, cli *clientv3.Client, group string, n int, fn f
 		if !retry {
 			return err
 		}
+		closed := (&leader{cli: cli}).permanent
+		if cli.Ctx().Err() != nil { // the membership ended with its session
+			return closed(nil)
+		}
 		if time.Since(since) >= leadMaxBackoff {
 			backoff = leadMinBackoff
 		}
-		if !sleepCtx(ctx, jittered(backoff)) {
-			return ctx.Err()
+		if !pause(ctx, cli, jittered(backoff)) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return closed(nil)
 		}
 		backoff = min(2*backoff, leadMaxBackoff)
 	}
