@@ -12,7 +12,7 @@ func TestRenewIn(t *testing.T) {
 		s := &Session{ttl: ttl}
 		for range 50 {
 			before := time.Now()
-			d := s.renewIn()
+			d := s.renewIn(0)
 			after := time.Now()
 			if d > ttl/3 || d <= ttl/3-renewGrid {
 				t.Fatalf("TTL %v: renewIn %v, want in (%v, %v]", ttl, d, ttl/3-renewGrid, ttl/3)
@@ -27,8 +27,36 @@ func TestRenewIn(t *testing.T) {
 		}
 	}
 	for _, ttl := range []time.Duration{time.Second, 3 * time.Second, 5 * time.Second} {
-		if d := (&Session{ttl: ttl}).renewIn(); d != ttl/3 {
+		if d := (&Session{ttl: ttl}).renewIn(0); d != ttl/3 {
 			t.Fatalf("TTL %v: renewIn %v, want TTL/3", ttl, d)
+		}
+	}
+}
+
+// With renewals answered late, the next is sent early enough that its
+// answer, if it takes as long, comes renewSlack before the deadline of the
+// one sent now; never more often than renewGrid.
+func TestRenewInLate(t *testing.T) {
+	for _, tc := range []struct {
+		ttl, rtt time.Duration
+	}{
+		{5 * time.Second, 1200 * time.Millisecond},
+		{5 * time.Second, 2300 * time.Millisecond},
+		{15 * time.Second, 4 * time.Second},
+		{15 * time.Second, 8 * time.Second},
+		{60 * time.Second, 38 * time.Second},
+		{3 * time.Second, 2 * time.Second},
+	} {
+		s := &Session{ttl: tc.ttl}
+		d := s.renewIn(tc.rtt)
+		deadline := tc.ttl - margin(tc.ttl)
+		switch {
+		case d < renewGrid-time.Millisecond:
+			t.Errorf("TTL %v, round trip %v: renewIn %v, under the grid", tc.ttl, tc.rtt, d)
+		case d > tc.ttl/3:
+			t.Errorf("TTL %v, round trip %v: renewIn %v, over TTL/3", tc.ttl, tc.rtt, d)
+		case d > renewGrid && d+tc.rtt > deadline-renewSlack:
+			t.Errorf("TTL %v, round trip %v: renewIn %v: the answer comes %v after the send, past %v", tc.ttl, tc.rtt, d, d+tc.rtt, deadline-renewSlack)
 		}
 	}
 }

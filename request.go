@@ -53,12 +53,16 @@ const (
 // classes of requests, for the evidence that one is lost: a write
 // (anything that goes through etcd's log: a put, a delete, a write
 // transaction, a lease grant or revoke) is answered only once the cluster
-// has committed it, which a slow disk delays; a read or a keepalive is
-// not. So only a later write answered is evidence that a write is lost,
-// while any later request answered is evidence that a read is.
+// has committed it, which a slow disk delays; a read is not. A renewal
+// (a keepalive) is answered by the leader's lessor, which a busy leader
+// or a congested stream delays while reads, served by any member, are
+// answered at once. So only a later write answered is evidence that a
+// write is lost, only a later renewal that a renewal is, while any later
+// request answered is evidence that a read is.
 const (
 	classRead = iota
 	classWrite
+	classRenew
 	numClasses
 )
 
@@ -112,13 +116,13 @@ func (a *answers) answered(c int, sent int64) {
 // waited for waited, is most likely lost on a silent connection rather
 // than slow, for a request whose liveness wait is d, and whose newer
 // attempt, beside it, has waited for newer. Never before d. A request of
-// its class (or, for a read, of any class) sent after it, by more than
-// d/4, has been answered: the connections answer its kind faster. Or,
-// for a write: a read sent after it has been answered (the connections
-// answer), it has waited more than four times what the write answered
-// last took (with none answered lately, this says nothing), and its newer
-// attempt has waited d too: a cluster that has just turned slow answers
-// the older attempt first.
+// its class (or, for a read, of any class) sent after it, by more
+// than d/4, has been answered: the connections answer its kind faster.
+// Or, for a write: a read sent after it has been answered (the
+// connections answer), it has waited more than four times what the write
+// answered last took (with none answered lately, this says nothing), and
+// its newer attempt has waited d too: a cluster that has just turned slow
+// answers the older attempt first.
 func (a *answers) lost(c int, sent int64, waited, newer, d time.Duration) bool {
 	if waited < d {
 		return false
@@ -128,7 +132,9 @@ func (a *answers) lost(c int, sent int64, waited, newer, d time.Duration) bool {
 	case a.sent[c].Load() > after:
 		return true
 	case c == classRead:
-		return a.sent[classWrite].Load() > after
+		return a.sent[classWrite].Load() > after || a.sent[classRenew].Load() > after
+	case c != classWrite:
+		return false
 	}
 	r := a.recently(classWrite)
 	return r > 0 && waited > 4*r && newer >= d && a.sent[classRead].Load() > after
@@ -164,8 +170,8 @@ type reply[T any] struct {
 // the context it is given, and returns the first answer of an attempt
 // (its value or error) and how many attempts were sent. d is the
 // caller's liveness wait (see liveness): how long an answer may take on a
-// cluster that is not slow. c is the request's class (classRead or
-// classWrite).
+// cluster that is not slow. c is the request's class (classRead,
+// classWrite or classRenew).
 //
 // The first attempt is sent at once. If it has no answer after a random
 // time between d/2 and d (so that attempts do not keep step with the
