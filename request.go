@@ -119,10 +119,17 @@ func (a *answers) answered(c int, sent int64) {
 // its class (or, for a read, of any class) sent after it, by more
 // than d/4, has been answered: the connections answer its kind faster.
 // Or, for a write: a read sent after it has been answered (the
-// connections answer), it has waited more than four times what the write
-// answered last took (with none answered lately, this says nothing), and
-// its newer attempt has waited d too: a cluster that has just turned slow
-// answers the older attempt first.
+// connections answer), it has waited more than four times what the last
+// write answered since it was sent took (with none, this says nothing),
+// and its newer attempt has waited d too: a cluster that has just turned
+// slow answers the older attempt first.
+//
+// Every piece of evidence is about the time since the attempt was sent:
+// what other operations in flight on the client show. A write's latency
+// measured before the attempt was sent (before the cluster turned slow)
+// says nothing about it, and with other operations' reads answered
+// meanwhile it gave up every write of a slow cluster before its answer
+// came (issue 50: 12 to 14 writes per operation with 8 in flight).
 func (a *answers) lost(c int, sent int64, waited, newer, d time.Duration) bool {
 	if waited < d {
 		return false
@@ -136,8 +143,17 @@ func (a *answers) lost(c int, sent int64, waited, newer, d time.Duration) bool {
 	case c != classWrite:
 		return false
 	}
-	r := a.recently(classWrite)
+	r := a.answeredSince(classWrite, sent)
 	return r > 0 && waited > 4*r && newer >= d && a.sent[classRead].Load() > after
+}
+
+// answeredSince is how long the last answered request of class c took,
+// if it was answered after since (see now); 0 if it was not.
+func (a *answers) answeredSince(c int, since int64) time.Duration {
+	if a.tookAt[c].Load() > since {
+		return time.Duration(a.took[c].Load())
+	}
+	return 0
 }
 
 // recentWindow is how long an answer's latency counts as what the
