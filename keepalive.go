@@ -28,11 +28,12 @@ import (
 // once when the round trip is longer than the cadence, and the cadence
 // shortened so that the next renewal's answer, if it takes what the last
 // took, comes before the deadline (see renewIn). So a session survives
-// renewal round trips under two thirds of the TTL minus the margin (2.8 s
-// at TTL 5, 9 s at TTL 15, 39 s at TTL 60), however suddenly they grew:
-// the renewal sent before the first late answer came is the one that must
-// be answered in time. While they stay long, the cadence keeps the next
-// answers in time, with up to maxRenewing renewals waiting at once.
+// renewal round trips under two thirds of the TTL (3.3 s at TTL 5, 10 s
+// at TTL 15, 40 s at TTL 60), however suddenly they grew, as etcd's
+// package does; while they stay long, the cadence keeps the next answers
+// in time, with up to maxRenewing renewals waiting at once. The price is
+// a cadence a margin shorter than a third of the TTL (19 s instead of 20
+// at TTL 60).
 
 // maxRenewing is how many renewals of one session may wait for their
 // answers at once (each is bounded by the deadline): enough for round
@@ -41,8 +42,9 @@ const maxRenewing = 4
 
 // renewSlack is how much earlier than needed, by the last round trip, a
 // renewal is sent, for a round trip that grows and for the time an
-// answer takes to move the deadline.
-const renewSlack = 500 * time.Millisecond
+// answer takes to move the deadline (under -race on a loaded 2-core
+// machine, timers and goroutines ran up to half a second late).
+const renewSlack = time.Second
 
 // renewResult is what one renewal of run's came to.
 type renewResult struct {
@@ -67,8 +69,11 @@ func (s *Session) run() {
 	defer renewing.Wait() // before release: they renew on r
 	waiting := 0
 	var rtt time.Duration // the last answered renewal's round trip
-	lastSent := time.Now()
-	nextAt := lastSent.Add(s.renewIn(0))
+	// The first renewal is due a cadence after the grant was sent (what
+	// the first deadline counts from), not after it was answered: a
+	// grant answered late must not leave the first renewal late too.
+	lastSent := s.Deadline().Add(-(s.ttl - margin(s.ttl)))
+	nextAt := lastSent.Add(s.cadence(0))
 	next := time.NewTimer(time.Until(nextAt))
 	defer next.Stop()
 	// at moves the next renewal to t, if that is sooner.
@@ -136,10 +141,18 @@ func (s *Session) run() {
 const renewGrid = 500 * time.Millisecond
 
 // renewIn is how long after now the next renewal is sent, for a last
-// round trip of rtt: TTL/3, or less if a renewal sent then and answered
-// in rtt would come less than renewSlack before the deadline of the one
-// sent now (TTL minus the margin after it), though not under renewGrid;
-// put on renewGrid unless that is too short for a grid (under 2 s).
+// round trip of rtt: a third of the TTL minus the margin (see
+// deadlineAfter), or less if a renewal sent then and answered in rtt
+// would come less than renewSlack before the deadline of the one sent now
+// (TTL minus the margin after it), though not under renewGrid; put on
+// renewGrid unless that is too short for a grid (under 2 s).
+//
+// A third of the TTL minus the margin, not a third: when round trips grow
+// at once, the renewal sent before the first late answer came must be
+// answered before the deadline of the one before it, two thirds of the
+// TTL after it, less the margin, from which it was sent a third minus the
+// margin later: so a session survives a sudden round trip under two
+// thirds of the TTL, what etcd's package survives.
 func (s *Session) renewIn(rtt time.Duration) time.Duration {
 	d := s.cadence(rtt)
 	if d < 4*renewGrid {
@@ -151,7 +164,7 @@ func (s *Session) renewIn(rtt time.Duration) time.Duration {
 // cadence is renewIn off the grid: how long after a renewal is sent the
 // next is due, for a last round trip of rtt.
 func (s *Session) cadence(rtt time.Duration) time.Duration {
-	d := s.ttl / 3
+	d := s.ttl/3 - margin(s.ttl)
 	if late := s.ttl - margin(s.ttl) - rtt - renewSlack; late < d {
 		d = max(late, renewGrid)
 	}

@@ -260,14 +260,21 @@ func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c
 		return false
 	}
 
-	// Twice the last answer's time, but never past 2d: a renewal's second
-	// attempt must still come well before the session's deadline (a
-	// renewal goes out a third of the TTL after the last, with d a sixth
-	// of it), however slow the client's last answers were.
+	// Twice the last answer's time, but never past 2d, so that a write
+	// or a read that the cluster answered slowly lately is not left on a
+	// silent connection for long. A renewal's is one and a half times the
+	// last renewal's, however long: renewals are a class of their own (a
+	// read that took seconds on a starved machine no longer delays a
+	// renewal's second attempt past the deadline), and a second attempt
+	// sent before a slow renewal's usual time only moves the client's
+	// renewals to a new stream (see renewer.renew), which delays the
+	// session's next ones, while it could not come back faster.
 	hedge := d/2 + rand.N(d/2+1)
-	if r := min(2*ans.recently(c), 2*d); r > hedge {
-		hedge = r
+	late := min(2*ans.recently(c), 2*d)
+	if c == classRenew {
+		late = 3 * ans.recently(c) / 2
 	}
+	hedge = max(hedge, late)
 	giveUp := giveUpAfter * d
 	// Each check comes at a random time between d/8 and d/4 after the
 	// last, so that what it sends does not keep step with the client's
