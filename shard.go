@@ -133,7 +133,11 @@ func (sh Shard) Txn(ctx context.Context) clientv3.Txn { return sh.m.Txn(ctx) }
 // (ErrInvalidShardCount), a nil fn (ErrNilFunc), and the options' own
 // errors. A live member of the group that runs another shard count makes
 // Shards return ErrInvalidShardCount when it joins. Failures to start a
-// session or to read are retried until ctx ends, as in Lead.
+// session or to read are retried until ctx ends, as in Lead. A client
+// closed while Shards runs ends the member's session at once, and so the
+// contexts of the shards' functions; once they have returned, Shards
+// returns an error matching ErrClientClosed (the keys stay until the
+// lease expires: a closed client revokes nothing).
 func Shards(ctx context.Context, cli *clientv3.Client, group string, n int, fn func(ctx context.Context, sh Shard) error, opts ...ShardOption) error {
 	if err := validGroup(cli, group, n); err != nil {
 		return err
