@@ -10,6 +10,7 @@ import (
 
 	"github.com/seed-a9d410c6/concurrency"
 	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/recipes"
 )
 
 // Issue 50: a closed client ends everything built on it at once. etcd's
@@ -43,8 +44,8 @@ func isClosed(t *testing.T, err error, what string) {
 }
 
 // Sessions (50 WithContext, 10 without), a hold and a waiting Lock,
-// WatchLeader and WatchShards on one client: all end within a second of
-// its Close, with errors that say so.
+// WatchLeader, WatchShards and a recipe's wait (a barrier) on one client:
+// all end within a second of its Close, with errors that say so.
 func TestClosedClientEndsSessions(t *testing.T) {
 	pfx := etcdtest.Begin(t)
 	c := etcdtest.NewClient(t, etcdtest.Endpoints())
@@ -70,6 +71,12 @@ func TestClosedClientEndsSessions(t *testing.T) {
 	watchShards := async(t, func() error {
 		return concurrency.WatchShards(t.Context(), c, pfx+"/shards", 4, func(*concurrency.ShardGroup) {})
 	})
+	// A recipe's wait: a barrier held by another client.
+	other := sharedClient(t)
+	if err := recipes.NewBarrier(other, pfx+"/barrier").HoldContext(t.Context()); err != nil {
+		t.Fatalf("barrier Hold: %v", err)
+	}
+	barrierWait := async(t, func() error { return recipes.NewBarrier(c, pfx+"/barrier").WaitContext(t.Context()) })
 
 	closed := time.Now()
 	c.Close()
@@ -80,7 +87,7 @@ func TestClosedClientEndsSessions(t *testing.T) {
 		}
 	}
 	endsWithin(t, holder.Ctx().Done(), closed, closedWithin, "the hold")
-	for what, errc := range map[string]<-chan error{"waiting Lock": lockErr, "WatchLeader": watchLeader, "WatchShards": watchShards} {
+	for what, errc := range map[string]<-chan error{"waiting Lock": lockErr, "WatchLeader": watchLeader, "WatchShards": watchShards, "Barrier.WaitContext": barrierWait} {
 		select {
 		case err := <-errc:
 			if took := time.Since(closed); took > closedWithin {
@@ -97,7 +104,9 @@ func TestClosedClientEndsSessions(t *testing.T) {
 			t.Fatalf("%s had not returned %v after Close", what, time.Since(closed))
 		}
 	}
-	other := sharedClient(t)
+	if err := recipes.NewBarrier(other, pfx+"/barrier").ReleaseContext(t.Context()); err != nil {
+		t.Errorf("barrier Release: %v", err)
+	}
 	for _, s := range sessions {
 		start := time.Now()
 		isClosed(t, s.Close(), "Session.Close")
