@@ -46,8 +46,14 @@
 //
 //   - Mutex.Ctx is cancelled as soon as the hold ends or may have ended,
 //     including when the session's conservative deadline (the send time of
-//     the last answered keepalive plus the TTL, minus a margin) passes,
-//     which is before the server can expire the lease.
+//     the last answered keepalive plus the TTL, minus a margin of a tenth
+//     of the TTL, 1 s at most) passes, which is before the server can
+//     expire the lease. Renewals go out every third of the TTL less the
+//     margin, counted from the last one sent, whether or not it has been
+//     answered, and sooner while answers come late, so a session lives
+//     through renewal round trips under two thirds of the TTL (3.3 s at
+//     TTL 5, 10 s at TTL 15), however suddenly they grow, as etcd's
+//     package's do.
 //   - Mutex.Token is a fencing token, the create revision of the lock key:
 //     it strictly increases from one holder to the next. A resource that
 //     remembers the highest token it has seen and refuses older ones (Fence)

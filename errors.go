@@ -156,4 +156,13 @@ var (
 	// ErrInvalidShardWeight is returned by Shards for WithShardWeight(w)
 	// with w <= 0 or w > MaxShardWeight.
 	ErrInvalidShardWeight = errors.New("concurrency: invalid shard weight")
+
+	// ErrClientClosed is wrapped, with context.Canceled, by the error of
+	// every call whose etcd client was closed (clientv3.Client.Close)
+	// before or while it ran: Lead, Shards, WatchLeader, WatchShards, a
+	// wait, a request. A session whose client is closed ends at once (with
+	// or without WithContext): the cause of its Ctx, and of its holds',
+	// wraps ErrSessionExpired and ErrClientClosed. Nothing is revoked or
+	// deleted: the keys stay until the lease expires.
+	ErrClientClosed = errors.New("concurrency: client closed")
 )

@@ -76,7 +76,10 @@ const leaderFinalRead = time.Second
 // Failures to start a session or to campaign (etcd unreachable, no leader)
 // are retried with the same backoff until ctx ends; Lead returns at once
 // only on errors that retrying cannot fix: authentication failures and
-// permission denied, and a closed client. Bad input is reported at once,
+// permission denied, and a closed client. A client closed while fn runs
+// ends the term's session at once, and so fn's context; once fn has
+// returned, Lead returns an error matching ErrClientClosed (the key stays
+// until the lease expires: a closed client revokes nothing). Bad input is reported at once,
 // before Lead talks to etcd: a nil client (ErrNilClient), an empty name
 // (ErrInvalidPrefix), a nil fn (ErrNilFunc), WithLeadTTL(n) with n <= 0
 // (ErrInvalidTTL).
@@ -130,11 +133,17 @@ func Lead(ctx context.Context, cli *clientv3.Client, pfx, val string, fn func(ct
 		if !retry {
 			return err
 		}
+		if cli.Ctx().Err() != nil { // the term ended with its session
+			return l.permanent(nil)
+		}
 		if lasted >= leadMaxBackoff {
 			backoff = leadMinBackoff
 		}
-		if !sleepCtx(ctx, jittered(backoff)) {
-			return ctx.Err()
+		if !pause(ctx, cli, jittered(backoff)) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return l.permanent(nil)
 		}
 		backoff = min(2*backoff, leadMaxBackoff)
 	}
@@ -295,7 +304,10 @@ func (l *leader) newSession(ctx context.Context) (*Session, func() error, error)
 // (authentication, a closed client), and nil otherwise.
 func (l *leader) permanent(err error) error {
 	if l.cli.Ctx().Err() != nil {
-		return fmt.Errorf("concurrency: Lead: client closed: %w", err)
+		if err == nil || !errors.Is(err, ErrClientClosed) {
+			err = errors.Join(clientClosed(l.cli), err)
+		}
+		return fmt.Errorf("concurrency: Lead: %w", err)
 	}
 	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserEmpty) ||
 		errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrInvalidAuthToken) {

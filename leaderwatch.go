@@ -135,20 +135,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 				}
 				continue
 			}
-			for i, ev := range wr.Events {
-				k := string(ev.Kv.Key)
-				if ev.Type == mvccpb.DELETE {
-					delete(w.keys, k)
-				} else {
-					w.keys[k] = LeaderInfo{Key: k, Value: string(ev.Kv.Value), Rev: ev.Kv.CreateRevision}
-				}
-				// The events of one revision (one transaction) change the
-				// leader at once; etcd never splits them.
-				if i == len(wr.Events)-1 || wr.Events[i+1].Kv.ModRevision != ev.Kv.ModRevision {
-					w.report()
-					seen = ev.Kv.ModRevision
-				}
-			}
+			seen = max(seen, w.apply(wr.Events, rev))
 			if wr.IsProgressNotify() {
 				// Every event up to this revision has been sent.
 				seen = max(seen, wr.Header.Revision)
@@ -170,4 +157,33 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 			return nil
 		}
 	}
+}
+
+// apply applies to the candidates the events of a watch that follows a
+// read at revision rev, and reports the leader after each revision; it
+// returns the last revision applied (0 if none). Events at rev or before
+// are skipped: the read has them already. A watch opened with no start
+// revision (see missed: the package's watches start at the member's
+// revision, not at rev+1) on a member behind the read replays them, and
+// applying them would report an older leader after a newer one.
+func (w *leaderWatch) apply(events []*clientv3.Event, rev int64) int64 {
+	var seen int64
+	for i, ev := range events {
+		if ev.Kv.ModRevision <= rev {
+			continue
+		}
+		k := string(ev.Kv.Key)
+		if ev.Type == mvccpb.DELETE {
+			delete(w.keys, k)
+		} else {
+			w.keys[k] = LeaderInfo{Key: k, Value: string(ev.Kv.Value), Rev: ev.Kv.CreateRevision}
+		}
+		// The events of one revision (one transaction) change the
+		// leader at once; etcd never splits them.
+		if i == len(events)-1 || events[i+1].Kv.ModRevision != ev.Kv.ModRevision {
+			w.report()
+			seen = ev.Kv.ModRevision
+		}
+	}
+	return seen
 }

@@ -118,12 +118,13 @@ func (r *renewer) release() {
 }
 
 // keepAliveOnce renews lease id once, as client.KeepAliveOnce does: on
-// r's stream, or, with no renewer, on a stream of its own.
-func keepAliveOnce(ctx context.Context, r *renewer, client *clientv3.Client, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
+// r's stream, or, with no renewer, on a stream of its own. again says
+// that it is a second attempt of a renewal (see renewer.renew).
+func keepAliveOnce(ctx context.Context, r *renewer, client *clientv3.Client, id clientv3.LeaseID, again bool) (*clientv3.LeaseKeepAliveResponse, error) {
 	if r == nil {
 		return client.KeepAliveOnce(ctx, id)
 	}
-	resp, err := r.renew(ctx, int64(id))
+	resp, err := r.renew(ctx, int64(id), again)
 	if err != nil {
 		return nil, err
 	}
@@ -139,11 +140,12 @@ func keepAliveOnce(ctx context.Context, r *renewer, client *clientv3.Client, id 
 // renewals not yet answered (etcd answers a stream's renewals one at a
 // time, so a stream of a client with many sessions can fall behind a
 // leader that is slow to answer each: the renewal goes on a new stream,
-// which becomes the current one), or already has a renewal of the same
-// lease whose caller waits: that renewal is one that
-// ask has sent again (see ask), because its stream kept it waiting too
+// which becomes the current one), or this is a second attempt (again) of
+// a renewal of a lease that already has one waiting on the stream: ask
+// has sent it again (see ask) because its stream kept it waiting too
 // long, so this one goes on a new stream, which becomes the current
-// stream. The new stream is opened on a connection to another member than
+// stream. (A session's next renewal, sent while the last still waits on
+// a slow cluster, is no second attempt: it stays on the stream.) The new stream is opened on a connection to another member than
 // the streams that keep renewals waiting, if the client has one (see
 // openStream): renewals that all share a silent connection have no
 // answer to show that it is silent (see answers.lost), so each would wait
@@ -151,13 +153,13 @@ func keepAliveOnce(ctx context.Context, r *renewer, client *clientv3.Client, id 
 // waits for a renewal sent on it. A renewal whose caller
 // stopped waiting stays on its stream until it is answered, and its
 // answer is dropped.
-func (r *renewer) renew(ctx context.Context, id int64) (*pb.LeaseKeepAliveResponse, error) {
+func (r *renewer) renew(ctx context.Context, id int64, again bool) (*pb.LeaseKeepAliveResponse, error) {
 	rn := &renewal{id: id, waiting: true, answer: make(chan renewAnswer, 1)}
 	r.mu.Lock()
 	s := r.cur
-	if s == nil || s.waiting[id] > 0 || len(s.unsent)+len(s.pending) >= maxStreamDepth {
+	if s == nil || again && s.waiting[id] > 0 || len(s.unsent)+len(s.pending) >= maxStreamDepth {
 		old := r.cur
-		s = r.open(old != nil && old.waiting[id] > 0)
+		s = r.open(again && old != nil && old.waiting[id] > 0)
 		r.cur = s
 		if old != nil {
 			r.closeIfIdle(old)

@@ -5,17 +5,18 @@ import (
 	"time"
 )
 
-// A renewal is sent on the grid, up to renewGrid before TTL/3, never
-// after; with a TTL too short for the grid, at TTL/3.
+// A renewal is sent on the grid, up to renewGrid before TTL/3 minus the
+// margin, never after; with a TTL too short for the grid, at TTL/3 minus
+// the margin.
 func TestRenewIn(t *testing.T) {
-	for _, ttl := range []time.Duration{6 * time.Second, 60 * time.Second, 90 * time.Second} {
+	for _, ttl := range []time.Duration{9 * time.Second, 60 * time.Second, 90 * time.Second} {
 		s := &Session{ttl: ttl}
 		for range 50 {
 			before := time.Now()
-			d := s.renewIn()
+			d := s.renewIn(0)
 			after := time.Now()
-			if d > ttl/3 || d <= ttl/3-renewGrid {
-				t.Fatalf("TTL %v: renewIn %v, want in (%v, %v]", ttl, d, ttl/3-renewGrid, ttl/3)
+			if want := ttl/3 - margin(ttl); d > want || d <= want-renewGrid {
+				t.Fatalf("TTL %v: renewIn %v, want in (%v, %v]", ttl, d, want-renewGrid, want)
 			}
 			// The send time is on the grid, as seen at some instant
 			// between the two readings of the clock.
@@ -26,9 +27,37 @@ func TestRenewIn(t *testing.T) {
 			time.Sleep(7 * time.Millisecond)
 		}
 	}
-	for _, ttl := range []time.Duration{time.Second, 3 * time.Second, 5 * time.Second} {
-		if d := (&Session{ttl: ttl}).renewIn(); d != ttl/3 {
-			t.Fatalf("TTL %v: renewIn %v, want TTL/3", ttl, d)
+	for _, ttl := range []time.Duration{3 * time.Second, 5 * time.Second} {
+		if d := (&Session{ttl: ttl}).renewIn(0); d != ttl/3-margin(ttl) {
+			t.Fatalf("TTL %v: renewIn %v, want TTL/3 minus the margin", ttl, d)
+		}
+	}
+}
+
+// With renewals answered late, the next is sent early enough that its
+// answer, if it takes as long, comes renewSlack before the deadline of the
+// one sent now; never more often than renewGrid.
+func TestRenewInLate(t *testing.T) {
+	for _, tc := range []struct {
+		ttl, rtt time.Duration
+	}{
+		{5 * time.Second, 1200 * time.Millisecond},
+		{5 * time.Second, 2300 * time.Millisecond},
+		{15 * time.Second, 4 * time.Second},
+		{15 * time.Second, 8 * time.Second},
+		{60 * time.Second, 38 * time.Second},
+		{3 * time.Second, 2 * time.Second},
+	} {
+		s := &Session{ttl: tc.ttl}
+		d := s.renewIn(tc.rtt)
+		deadline := tc.ttl - margin(tc.ttl)
+		switch {
+		case d < renewGrid-time.Millisecond:
+			t.Errorf("TTL %v, round trip %v: renewIn %v, under the grid", tc.ttl, tc.rtt, d)
+		case d > tc.ttl/3-margin(tc.ttl):
+			t.Errorf("TTL %v, round trip %v: renewIn %v, over TTL/3 minus the margin", tc.ttl, tc.rtt, d)
+		case d > renewGrid && d+tc.rtt > deadline-renewSlack:
+			t.Errorf("TTL %v, round trip %v: renewIn %v: the answer comes %v after the send, past %v", tc.ttl, tc.rtt, d, d+tc.rtt, deadline-renewSlack)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package concurrency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -52,12 +53,16 @@ const (
 // classes of requests, for the evidence that one is lost: a write
 // (anything that goes through etcd's log: a put, a delete, a write
 // transaction, a lease grant or revoke) is answered only once the cluster
-// has committed it, which a slow disk delays; a read or a keepalive is
-// not. So only a later write answered is evidence that a write is lost,
-// while any later request answered is evidence that a read is.
+// has committed it, which a slow disk delays; a read is not. A renewal
+// (a keepalive) is answered by the leader's lessor, which a busy leader
+// or a congested stream delays while reads, served by any member, are
+// answered at once. So only a later write answered is evidence that a
+// write is lost, only a later renewal that a renewal is, while any later
+// request answered is evidence that a read is.
 const (
 	classRead = iota
 	classWrite
+	classRenew
 	numClasses
 )
 
@@ -111,13 +116,20 @@ func (a *answers) answered(c int, sent int64) {
 // waited for waited, is most likely lost on a silent connection rather
 // than slow, for a request whose liveness wait is d, and whose newer
 // attempt, beside it, has waited for newer. Never before d. A request of
-// its class (or, for a read, of any class) sent after it, by more than
-// d/4, has been answered: the connections answer its kind faster. Or,
-// for a write: a read sent after it has been answered (the connections
-// answer), it has waited more than four times what the write answered
-// last took (with none answered lately, this says nothing), and its newer
-// attempt has waited d too: a cluster that has just turned slow answers
-// the older attempt first.
+// its class (or, for a read, of any class) sent after it, by more
+// than d/4, has been answered: the connections answer its kind faster.
+// Or, for a write: a read sent after it has been answered (the
+// connections answer), it has waited more than four times what the last
+// write answered since it was sent took (with none, this says nothing),
+// and its newer attempt has waited d too: a cluster that has just turned
+// slow answers the older attempt first.
+//
+// Every piece of evidence is about the time since the attempt was sent:
+// what other operations in flight on the client show. A write's latency
+// measured before the attempt was sent (before the cluster turned slow)
+// says nothing about it, and with other operations' reads answered
+// meanwhile it gave up every write of a slow cluster before its answer
+// came (issue 50: 12 to 14 writes per operation with 8 in flight).
 func (a *answers) lost(c int, sent int64, waited, newer, d time.Duration) bool {
 	if waited < d {
 		return false
@@ -127,10 +139,21 @@ func (a *answers) lost(c int, sent int64, waited, newer, d time.Duration) bool {
 	case a.sent[c].Load() > after:
 		return true
 	case c == classRead:
-		return a.sent[classWrite].Load() > after
+		return a.sent[classWrite].Load() > after || a.sent[classRenew].Load() > after
+	case c != classWrite:
+		return false
 	}
-	r := a.recently(classWrite)
+	r := a.answeredSince(classWrite, sent)
 	return r > 0 && waited > 4*r && newer >= d && a.sent[classRead].Load() > after
+}
+
+// answeredSince is how long the last answered request of class c took,
+// if it was answered after since (see now); 0 if it was not.
+func (a *answers) answeredSince(c int, since int64) time.Duration {
+	if a.tookAt[c].Load() > since {
+		return time.Duration(a.took[c].Load())
+	}
+	return 0
 }
 
 // recentWindow is how long an answer's latency counts as what the
@@ -163,8 +186,8 @@ type reply[T any] struct {
 // the context it is given, and returns the first answer of an attempt
 // (its value or error) and how many attempts were sent. d is the
 // caller's liveness wait (see liveness): how long an answer may take on a
-// cluster that is not slow. c is the request's class (classRead or
-// classWrite).
+// cluster that is not slow. c is the request's class (classRead,
+// classWrite or classRenew).
 //
 // The first attempt is sent at once. If it has no answer after a random
 // time between d/2 and d (so that attempts do not keep step with the
@@ -189,7 +212,10 @@ type reply[T any] struct {
 // because another answered first, may still be applied by etcd, late, or
 // beside the one that answered: op must be harmless applied twice, or
 // after a later request of the caller (each caller says why it is).
-// ask returns ctx.Err() if ctx ends first.
+// ask returns ctx.Err() if ctx ends first, and an error matching
+// ErrClientClosed (see clientClosed) if the client is closed first: a
+// closed client's requests fail with context.Canceled, which is no reason
+// to try again.
 func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c int, op func(ctx context.Context) (T, error)) (v T, sent int, err error) {
 	ans := answersOf(client)
 	replies := make(chan reply[T])
@@ -234,14 +260,21 @@ func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c
 		return false
 	}
 
-	// Twice the last answer's time, but never past 2d: a renewal's second
-	// attempt must still come well before the session's deadline (a
-	// renewal goes out a third of the TTL after the last, with d a sixth
-	// of it), however slow the client's last answers were.
+	// Twice the last answer's time, but never past 2d, so that a write
+	// or a read that the cluster answered slowly lately is not left on a
+	// silent connection for long. A renewal's is one and a half times the
+	// last renewal's, however long: renewals are a class of their own (a
+	// read that took seconds on a starved machine no longer delays a
+	// renewal's second attempt past the deadline), and a second attempt
+	// sent before a slow renewal's usual time only moves the client's
+	// renewals to a new stream (see renewer.renew), which delays the
+	// session's next ones, while it could not come back faster.
 	hedge := d/2 + rand.N(d/2+1)
-	if r := min(2*ans.recently(c), 2*d); r > hedge {
-		hedge = r
+	late := min(2*ans.recently(c), 2*d)
+	if c == classRenew {
+		late = 3 * ans.recently(c) / 2
 	}
+	hedge = max(hedge, late)
 	giveUp := giveUpAfter * d
 	// Each check comes at a random time between d/8 and d/4 after the
 	// last, so that what it sends does not keep step with the client's
@@ -257,6 +290,9 @@ func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c
 		case r := <-replies:
 			if !drop(r.a) && r.err != nil {
 				continue // given up: its error is its cancellation
+			}
+			if r.err != nil && ctx.Err() == nil && client.Ctx().Err() != nil {
+				return r.v, sent, clientClosed(client)
 			}
 			if r.err == nil || !transient(r.err) || len(flight) == 0 || ctx.Err() != nil {
 				return r.v, sent, r.err
@@ -275,8 +311,18 @@ func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c
 		case <-ctx.Done():
 			var zero T
 			return zero, sent, ctx.Err()
+		case <-client.Ctx().Done():
+			var zero T
+			return zero, sent, clientClosed(client)
 		}
 	}
+}
+
+// clientClosed is the error of a call whose client is closed: it matches
+// ErrClientClosed and context.Canceled (what clientv3 returns for a
+// closed client's requests).
+func clientClosed(client *clientv3.Client) error {
+	return fmt.Errorf("%w: %w", ErrClientClosed, context.Cause(client.Ctx()))
 }
 
 // rpcErr is err, of a request sent with etcd's gRPC API on ctx rather
@@ -348,6 +394,14 @@ func (b *backoff) sleep(ctx context.Context) bool {
 	return ok
 }
 
+// pause is sleep that also ends when client is closed.
+func (b *backoff) pause(ctx context.Context, client *clientv3.Client) bool {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(client.Ctx(), cancel)()
+	return b.sleep(ctx)
+}
+
 // reset makes the next wait firstRetry again. A nil b is left alone.
 func (b *backoff) reset() {
 	if b != nil {
@@ -382,6 +436,12 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// pause waits for d, for ctx to end or for client to be closed, and
+// reports whether d passed.
+func pause(ctx context.Context, client *clientv3.Client, d time.Duration) bool {
+	return (&backoff{d: d}).pause(ctx, client)
 }
 
 // errNoAnswer says that etcd did not answer in time on a connection that

@@ -139,7 +139,7 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 		// Renew the adopted lease once, to learn its TTL (and so the
 		// deadline) before anything is attached to it. A renewal applied
 		// twice or late only renews again.
-		resp, _, err := ask(gctx, client, wait, classRead, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+		resp, _, err := ask(gctx, client, wait, classRenew, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
 			return client.KeepAliveOnce(ctx, id)
 		})
 		err = sessionStartErr(gctx, err)
@@ -184,15 +184,31 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 			return nil, err
 		}
 	}
-	stop := context.AfterFunc(o.ctx, func() {
-		s.endLife(fmt.Errorf("%w: session context ended: %w", ErrSessionExpired, context.Cause(o.ctx)))
-	})
-	context.AfterFunc(s.life, func() { stop() })
+	s.endWith(o.ctx)
 	if o.health != nil {
 		s.done.Add(1)
 		go s.checkHealth(o.health)
 	}
 	return s, nil
+}
+
+// endWith ends the session's life when ctx (WithContext's) ends, or when
+// its client is closed, whichever comes first: a closed client renews
+// nothing, whatever the session's own context (etcd's package ends its
+// sessions with the client too, since it renews on the client's context).
+func (s *Session) endWith(ctx context.Context) {
+	closed := func() {
+		s.endLife(fmt.Errorf("%w: %w", ErrSessionExpired, clientClosed(s.client)))
+	}
+	stopClient := context.AfterFunc(s.client.Ctx(), closed)
+	stop := context.AfterFunc(ctx, func() {
+		if s.client.Ctx().Err() != nil {
+			closed()
+			return
+		}
+		s.endLife(fmt.Errorf("%w: session context ended: %w", ErrSessionExpired, context.Cause(ctx)))
+	})
+	context.AfterFunc(s.life, func() { stop(); stopClient() })
 }
 
 // newSessionTimeout bounds NewSession's first round trip for a session
@@ -220,7 +236,8 @@ func (s *Session) Lease() clientv3.LeaseID { return s.id }
 
 // Ctx is the context attached to the session. It is cancelled when the
 // session ends: its lease is revoked or expires, its conservative deadline
-// passes without a renewal, its WithContext context ends, or Orphan or Close
+// passes without a renewal, its WithContext context ends, its client is
+// closed (the cause then matches ErrClientClosed too), or Orphan or Close
 // is called. context.Cause(s.Ctx()) says why and matches ErrSessionExpired.
 func (s *Session) Ctx() context.Context { return s.ctx }
 
@@ -264,7 +281,9 @@ func (s *Session) Orphan() {
 // attached to it. The revoke is retried while etcd is unreachable, bounded
 // by the lease TTL and by the WithContext context: if that ends first, the
 // lease is left to expire and the error is returned. Closing a session
-// whose lease is already gone, or closing twice, returns nil.
+// whose lease is already gone, or closing twice, returns nil. Closing a
+// session whose client is closed returns at once, with an error matching
+// ErrClientClosed: the lease is left to expire.
 func (s *Session) Close() error {
 	s.endLife(fmt.Errorf("%w: session closed", ErrSessionExpired))
 	s.Orphan()
@@ -276,106 +295,13 @@ func (s *Session) Close() error {
 	if s.ttl == 0 {
 		return nil // WithLease on a missing lease: nothing to revoke
 	}
+	if s.client.Ctx().Err() != nil {
+		return clientClosed(s.client) // it revokes nothing
+	}
 	// If the revoke takes longer than the TTL, the lease has expired anyway.
 	ctx, cancel := context.WithTimeout(s.opts.ctx, s.ttl)
 	defer cancel()
 	return s.revokeLease(ctx, s.id)
-}
-
-// run renews the lease every TTL/3 (see renewIn), and sooner when asked through checkc,
-// until the session ends. After a failed renewal it retries every
-// retryInterval at most, until the conservative deadline passes. It never
-// waits on anything but a renewal, itself bounded by renewTimeout.
-func (s *Session) run() {
-	defer s.done.Done()
-	r, release := useRenewer(s.client)
-	defer release()
-	next := time.NewTimer(s.renewIn())
-	defer next.Stop()
-	expiry := time.NewTimer(time.Until(s.Deadline()))
-	defer expiry.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-expiry.C:
-			s.ins.deadlinePassed()
-			s.endLife(fmt.Errorf("%w: lease %x not renewed before its deadline", ErrSessionExpired, int64(s.id)))
-			return
-		case <-s.checkc:
-		case <-next.C:
-		}
-
-		sent := time.Now()
-		err := s.renew(r)
-		s.ins.renewed(sent, err)
-		switch {
-		case err == nil:
-			expiry.Reset(time.Until(s.Deadline()))
-			next.Reset(s.renewIn())
-			s.kickSweeper()
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			s.endLife(fmt.Errorf("%w: lease %x %w", ErrSessionExpired, int64(s.id), errLeaseLost))
-			return
-		default:
-			next.Reset(min(s.ttl/3, retryInterval))
-		}
-	}
-}
-
-// renewGrid is the grid of times that renewals are sent on: a renewal
-// due at TTL/3 after the last is sent at the last multiple of renewGrid
-// (of the wall clock) before that, so that the sessions of a process
-// renew together, in bursts that a stream carries in a few writes and
-// etcd's members read in a few wakeups, as etcd's package does (its
-// lessor sends every renewal due each 500 ms). A renewal is so sent up to
-// renewGrid early, never late.
-const renewGrid = 500 * time.Millisecond
-
-// renewIn is how long after now the next renewal is sent: TTL/3, put on
-// renewGrid unless that is too short for a grid (a TTL under 6 s).
-func (s *Session) renewIn() time.Duration {
-	d := s.ttl / 3
-	if d < 4*renewGrid {
-		return d
-	}
-	return d - time.Duration(time.Now().Add(d).UnixNano()%int64(renewGrid))
-}
-
-// renewTimeout bounds one keepalive attempt, so that a renewal stuck on a
-// dead connection is retried (on another connection) well before the
-// deadline: a sixth of the TTL, between 100 ms and 5 s. With a TTL of 6 s a
-// stuck attempt gives up after 1 s, leaving time for three more before the
-// deadline.
-func (s *Session) renewTimeout() time.Duration {
-	return min(max(s.ttl/6, 100*time.Millisecond), 5*time.Second)
-}
-
-// renew renews the lease on r, the stream that the client's sessions
-// share (see renewer; on a stream of its own with a nil r), and, once
-// etcd answers, moves the deadline to the send time of the renewal's
-// first attempt plus the TTL granted. It is asked as ask does, with renewTimeout as the wait: an attempt that
-// waits longer has a second sent beside it, not instead of it, so that a
-// cluster slow to answer (etcd's leader waits for its applies before it
-// renews) is not taken for a dead connection. It waits until the
-// deadline at most. A renewal applied twice or late renews the lease
-// again, later than the deadline counts.
-func (s *Session) renew(r *renewer) error {
-	sent := time.Now()
-	ctx, cancel := context.WithDeadline(s.ctx, s.Deadline())
-	defer cancel()
-	resp, _, err := ask(ctx, s.client, s.renewTimeout(), classRead, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
-		return keepAliveOnce(ctx, r, s.client, s.id)
-	})
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if d := deadlineAfter(sent, time.Duration(resp.TTL)*time.Second); d.After(s.deadline) {
-		s.deadline = d
-	}
-	return nil
 }
 
 // live is how long the session's waits and holds trust a silent
@@ -393,14 +319,6 @@ func (s *Session) get(ctx context.Context, key string, opts ...clientv3.OpOption
 		return s.client.Get(ctx, key, opts...)
 	})
 	return resp, err
-}
-
-// deadlineAfter is the conservative deadline for a renewal of a lease with
-// the given TTL sent at sent: the server restarted the TTL no earlier than it
-// received the request. The margin covers clock-rate differences and the
-// time the caller needs to react.
-func deadlineAfter(sent time.Time, ttl time.Duration) time.Time {
-	return sent.Add(ttl - min(ttl/10, time.Second))
 }
 
 // check asks the keepalive goroutine to renew the lease now; a lease that is

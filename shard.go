@@ -156,6 +156,11 @@ func (sh Shard) Txn(ctx context.Context) clientv3.Txn { return sh.m.Txn(ctx) }
 // releasing whatever it holds. A member never asks a member of another
 // count to yield a shard; it waits for it. Member keys that do not parse,
 // or with a count out of range, are not members (MaxShardCount).
+//
+// A client closed while Shards runs ends the member's session at once, and
+// so the contexts of the shards' functions; once they have returned,
+// Shards returns an error matching ErrClientClosed (the keys stay until
+// the lease expires: a closed client revokes nothing).
 func Shards(ctx context.Context, cli *clientv3.Client, group string, n int, fn func(ctx context.Context, sh Shard) error, opts ...ShardOption) error {
 	if err := validGroup(cli, group, n); err != nil {
 		return err
@@ -181,11 +186,18 @@ func Shards(ctx context.Context, cli *clientv3.Client, group string, n int, fn f
 		if !retry {
 			return err
 		}
+		closed := (&leader{cli: cli}).permanent
+		if cli.Ctx().Err() != nil { // the membership ended with its session
+			return closed(nil)
+		}
 		if time.Since(since) >= leadMaxBackoff {
 			backoff = leadMinBackoff
 		}
-		if !sleepCtx(ctx, jittered(backoff)) {
-			return ctx.Err()
+		if !pause(ctx, cli, jittered(backoff)) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return closed(nil)
 		}
 		backoff = min(2*backoff, leadMaxBackoff)
 	}

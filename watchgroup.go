@@ -27,8 +27,8 @@ import (
 // and may then skip a leader that came and went meanwhile, never the
 // latest.
 //
-// It blocks until ctx ends, and returns ctx.Err(), or an error if the
-// client is closed. fn is called from the caller's goroutine, one call at
+// It blocks until ctx ends, and returns ctx.Err(), or, within a second
+// of the client's Close, an error matching ErrClientClosed. fn is called from the caller's goroutine, one call at
 // a time, and none after WatchLeader returns. A nil client, an empty name
 // and a nil fn give ErrNilClient, ErrInvalidPrefix and ErrNilFunc at once.
 //
@@ -49,7 +49,7 @@ func WatchLeader(ctx context.Context, cli *clientv3.Client, name string, fn func
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fmt.Errorf("concurrency: WatchLeader %q: client closed: %w", name, cli.Ctx().Err())
+	return fmt.Errorf("concurrency: WatchLeader %q: %w", name, clientClosed(cli))
 }
 
 // WatchShards calls fn with the group of n shards, as InspectShards
@@ -61,8 +61,8 @@ func WatchLeader(ctx context.Context, cli *clientv3.Client, name string, fn func
 // batch may not be reported; after a failed watch it reads again after a
 // backoff. Changes of waiters alone are not reported.
 //
-// It blocks until ctx ends, and returns ctx.Err(), or an error if the
-// client is closed. fn is called from the caller's goroutine, one call at
+// It blocks until ctx ends, and returns ctx.Err(), or, within a second
+// of the client's Close, an error matching ErrClientClosed. fn is called from the caller's goroutine, one call at
 // a time, and none after WatchShards returns. A nil client, an empty
 // group, n outside [1, MaxShardCount] and a nil fn give ErrNilClient,
 // ErrInvalidPrefix, ErrInvalidShardCount and ErrNilFunc at once. Member
@@ -103,14 +103,14 @@ func WatchShards(ctx context.Context, cli *clientv3.Client, group string, n int,
 				}
 			}
 		}
-		if !b.sleep(ctx) {
+		if !b.pause(ctx, cli) {
 			break
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fmt.Errorf("concurrency: WatchShards %q: client closed: %w", group, cli.Ctx().Err())
+	return fmt.Errorf("concurrency: WatchShards %q: %w", group, clientClosed(cli))
 }
 
 // sameGroup reports whether a and b have the same members (lease, weight,

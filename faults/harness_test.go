@@ -131,9 +131,16 @@ func (w *workerProc) slowFile(dir string) string {
 }
 
 // slow makes the worker's writes be answered d late (0: at once).
-func (w *workerProc) slow(d time.Duration) error {
+func (w *workerProc) slow(d time.Duration) error { return w.setSlow(d.String()) }
+
+// slowRenewals makes the answers to the worker's renewals come d late
+// (0: at once), its writes answered at once.
+func (w *workerProc) slowRenewals(d time.Duration) error { return w.setSlow("0s renew=" + d.String()) }
+
+// setSlow writes the worker's slow file (see the worker's -slow).
+func (w *workerProc) setSlow(what string) error {
 	tmp := w.slowFile(w.dir) + ".tmp"
-	if err := os.WriteFile(tmp, []byte(d.String()), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(what), 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp, w.slowFile(w.dir))

@@ -52,6 +52,81 @@ var allFaults = []fault{
 	{"compaction while a client's watches resume", compactResume, secs(5)},
 	{slowClientFault, slowCommits(false), secs(slowBurst)},
 	{slowAllFault, slowCommits(true), secs(slowBurst)},
+	{slowRenewFault, slowRenewals, slowRenewLength},
+	{surgeFault, surgeSlow, secs(slowBurst)},
+}
+
+// surgeFault runs many operations at once on one client process whose
+// writes are slow (issue 50): 16 more clients of each of its lock,
+// election, semaphore and rwmutex workloads, each with its session on the
+// process's one etcd client, while its writes are answered 0.5 s to
+// TTL/2 late.
+const surgeFault = "many operations at once under slow commits (one client process, +16 clients per workload, writes 0.5 s-TTL/2 late)"
+
+// surgeSlow is surgeFault's inject: for slowBurst seconds, a delay picked
+// at random every 3 s, with the surge's clients running throughout.
+func surgeSlow(ctx context.Context, r *run, round int) (string, error) {
+	w := r.workers[round%len(r.workers)]
+	most := max(time.Duration(r.cfg.ttl)*time.Second/2, time.Second)
+	var ds []string
+	start := time.Now()
+	for time.Since(start) < slowBurst*time.Second && ctx.Err() == nil {
+		d := 500*time.Millisecond + rand.N(most-500*time.Millisecond)
+		if err := w.setSlow(d.String() + " surge=16"); err != nil {
+			return "", err
+		}
+		ds = append(ds, d.Round(100*time.Millisecond).String())
+		hold(ctx, 3*time.Second)
+	}
+	if err := w.slow(0); err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	r.slowed = append(r.slowed, slowWindow{p: w.p, from: start, to: time.Now()})
+	r.mu.Unlock()
+	return fmt.Sprintf("worker %d, 16 more clients per workload: writes answered late by %s", w.p, strings.Join(ds, ", ")), nil
+}
+
+// slowRenewFault delays the answers to every client process's renewals
+// (issue 50): a busy leader or a congested link. Renewals are still
+// applied when etcd receives them; sessions must live on (the liveness
+// checks) and no hold may outlive its lease (the safety checks).
+const slowRenewFault = "renewal answers late to every client process (up to 2·TTL/3 − 1 s)"
+
+// slowRenewLength is how long the slow-renewal fault lasts: two TTLs, at
+// least 9 s, so that each session renews several times with late answers.
+func slowRenewLength(r *run) time.Duration {
+	return max(time.Duration(2*r.cfg.ttl)*time.Second, slowBurst*time.Second)
+}
+
+// slowRenewals delays every worker's renewal answers for
+// slowRenewLength: a delay picked at random between 0.5 s and 2·TTL/3 −
+// 1 s every TTL/3 (at least 1 s).
+func slowRenewals(ctx context.Context, r *run, _ int) (string, error) {
+	ttl := time.Duration(r.cfg.ttl) * time.Second
+	most := max(2*ttl/3-time.Second, 600*time.Millisecond)
+	set := func(d time.Duration) error {
+		for _, w := range r.workers {
+			if err := w.slowRenewals(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var ds []string
+	start := time.Now()
+	for time.Since(start) < slowRenewLength(r) && ctx.Err() == nil {
+		d := 500*time.Millisecond + rand.N(most-500*time.Millisecond)
+		if err := set(d); err != nil {
+			return "", err
+		}
+		ds = append(ds, d.Round(100*time.Millisecond).String())
+		hold(ctx, max(ttl/3, time.Second))
+	}
+	if err := set(0); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("every worker: renewals answered late by %s", strings.Join(ds, ", ")), nil
 }
 
 // The slow-commit faults (issue 38): writes answered 0.5 to 5 s late,

@@ -10,7 +10,9 @@
 // (WaitContext, EnterContext, DequeueContext, ...); the methods without a
 // context run with context.Background() and so block as etcd's do. When
 // ctx ends, a call returns an error that matches ctx.Err() with errors.Is,
-// and says in its comment what it leaves behind.
+// and says in its comment what it leaves behind. A wait whose client is
+// closed returns within a second an error matching
+// concurrency.ErrClientClosed and context.Canceled.
 //
 // What differs from etcd's package, and why:
 //   - Every waiter watches one key where the algorithm allows it (a

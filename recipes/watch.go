@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/seed-a9d410c6/concurrency"
 )
 
 // WaitEvents waits, from revision rev, for the events evs on key, in that
@@ -124,7 +126,7 @@ func waitEvents(ctx context.Context, c *clientv3.Client, key string, rev int64, 
 			return nil, werr
 		}
 		if err := c.Ctx().Err(); err != nil {
-			return nil, fmt.Errorf("recipes: client closed: %w", err)
+			return nil, fmt.Errorf("recipes: %w: %w", concurrency.ErrClientClosed, err)
 		}
 		// The watch ended without the events: ctx ended, or the member
 		// lost its leader. Resume after a short pause.
@@ -374,13 +376,14 @@ func retryable(ctx context.Context, c *clientv3.Client, err error) bool {
 }
 
 // waitErr is the error a wait returns for err: ctx's when ctx has ended,
-// and says so when the client was closed.
+// and one matching concurrency.ErrClientClosed and context.Canceled when
+// the client was closed.
 func waitErr(ctx context.Context, c *clientv3.Client, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	if cerr := c.Ctx().Err(); cerr != nil {
-		return fmt.Errorf("recipes: client closed: %w", cerr)
+		return fmt.Errorf("recipes: %w: %w", concurrency.ErrClientClosed, cerr)
 	}
 	return err
 }

@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,7 +53,7 @@ var (
 	keepalive = flag.Bool("keepalive", true, "dial with a gRPC keepalive of 1 s; false: clientv3's default configuration, with none")
 	store     = flag.String("store", "", "unix socket of the external store")
 	out       = flag.String("out", "", "history file to write")
-	slowFile  = flag.String("slow", "", "file holding the delay of this process's writes (a Go duration; missing or empty: none), re-read every 100 ms: the slow-commit fault of issue 38")
+	slowFile  = flag.String("slow", "", "file holding the delay of this process's writes (a Go duration; missing or empty: none), then optionally renew= and the delay of its renewals' answers, re-read every 100 ms: the slow-commit fault of issue 38 and the slow-renewal fault of issue 50")
 )
 
 func main() {
@@ -115,13 +116,16 @@ func run() int {
 	}
 	sw := slowwrite.New()
 	sw.Option(&cfg)
+	sr := slowwrite.NewRenewals()
+	sr.Option(&cfg)
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	w := &worker{cli: cli, h: h, st: newStoreClient(*store)}
-	stopSlow := followSlow(sw, *slowFile)
+	sg := &surge{w: w, workloads: strings.Split(*workloads, ",")}
+	stopSlow := followSlow(sw, sr, sg.set, *slowFile)
 
 	// runCtx ends the workloads; lifeCtx bounds the sessions and their
 	// final revokes, so that Close still revokes after the run.
@@ -160,6 +164,8 @@ func run() int {
 		return 3
 	}
 	stopSlow()
+	sg.set(0)
+	sg.wg.Wait() // ended with runCtx, or just now
 	cli.Close()
 	sw.Wait() // writes held back fail at once on the closed client
 	w.st.close()
@@ -1139,10 +1145,57 @@ func leaks(d time.Duration) string {
 	}
 }
 
-// followSlow sets the delay of sw's writes from the file at path (a Go
-// duration; missing or empty: none) every 100 ms, until the returned stop
-// is called; with path "", it does nothing.
-func followSlow(sw *slowwrite.Writes, path string) (stop func()) {
+// surge runs, on demand, more clients of the workloads that take many
+// at once (issue 50: many operations at once on one client of a slow
+// cluster), each with its own session on the worker's one client, until
+// asked for none or the run ends.
+type surge struct {
+	w         *worker
+	workloads []string
+	stop      context.CancelFunc // nil while none runs
+	round     int
+	wg        sync.WaitGroup
+}
+
+// surgeWorkloads are the workloads whose clients a surge adds.
+var surgeWorkloads = []string{"txn", "election", "semaphore", "rwmutex"}
+
+// set runs n more clients of each of surgeWorkloads that the worker runs
+// (0: none). It is called from followSlow's goroutine only.
+func (sg *surge) set(n int) {
+	switch {
+	case n == 0 && sg.stop != nil:
+		sg.stop()
+		sg.stop = nil
+	case n > 0 && sg.stop == nil:
+		ctx, cancel := context.WithCancel(sg.w.run)
+		sg.stop = cancel
+		sg.round++
+		wk := *sg.w
+		wk.run = ctx
+		for _, wl := range sg.workloads {
+			if !slices.Contains(surgeWorkloads, wl) {
+				continue
+			}
+			for g := range n {
+				c := &client{worker: &wk, wl: wl, name: fmt.Sprintf("p%d.%s.surge%d.%d", *proc, wl, sg.round, g)}
+				sg.wg.Add(1)
+				go func() {
+					defer sg.wg.Done()
+					c.loop()
+				}()
+			}
+		}
+	}
+}
+
+// followSlow sets the delay of sw's writes, of sr's renewal answers, and
+// the clients of a surge, from the file at path every 100 ms, until the
+// returned stop is called; with path "", it does nothing. The file holds
+// the writes' delay (a Go duration; missing or empty: none), then
+// optionally "renew=" and the renewal answers' delay, and "surge=" and
+// how many more clients of each workload to run (issue 50).
+func followSlow(sw *slowwrite.Writes, sr *slowwrite.Renewals, surge func(int), path string) (stop func()) {
 	if path == "" {
 		return func() {}
 	}
@@ -1153,14 +1206,27 @@ func followSlow(sw *slowwrite.Writes, path string) (stop func()) {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
-			var d time.Duration
+			var d, renew time.Duration
+			n := 0
 			if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
-				d, _ = time.ParseDuration(strings.TrimSpace(string(b)))
+				for _, f := range strings.Fields(string(b)) {
+					if v, ok := strings.CutPrefix(f, "renew="); ok {
+						renew, _ = time.ParseDuration(v)
+					} else if v, ok := strings.CutPrefix(f, "surge="); ok {
+						n, _ = strconv.Atoi(v)
+						n = min(max(n, 0), 64)
+					} else {
+						d, _ = time.ParseDuration(f)
+					}
+				}
 			}
 			sw.Set(d)
+			sr.Set(renew)
+			surge(n)
 			select {
 			case <-done:
 				sw.Set(0)
+				sr.Set(0)
 				return
 			case <-t.C:
 			}

@@ -87,6 +87,9 @@ func (sw *Writes) intercept(ctx context.Context, method string, req, reply any, 
 	if !isWrite(req) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
+	if n, ok := ctx.Value(counterKey{}).(*atomic.Int64); ok {
+		n.Add(1)
+	}
 	sw.mu.Lock()
 	sw.counts[method]++
 	d := time.Duration(sw.delay.Load())
@@ -116,6 +119,17 @@ func (sw *Writes) intercept(ctx context.Context, method string, req, reply any, 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// counterKey is the context key of Counting's counter.
+type counterKey struct{}
+
+// Counting returns ctx with a counter of the writes (every attempt) made
+// on contexts derived from it, through any Writes: the writes of one
+// operation, among others in flight on the client.
+func Counting(ctx context.Context) (context.Context, *atomic.Int64) {
+	n := new(atomic.Int64)
+	return context.WithValue(ctx, counterKey{}, n), n
 }
 
 // isWrite reports whether req goes through etcd's log.
