@@ -58,7 +58,7 @@ func (q *WorkQueue) Take(ctx context.Context, s *concurrency.Session) (*Delivery
 	// The wait ends with the session too: claims on an ended lease fail.
 	tctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(s.Ctx(), func() { cancel(concurrency.ErrSessionExpired) })
+	stop := context.AfterFunc(s.Ctx(), func() { cancel(sessionEnded(s)) })
 	defer stop()
 	w := waiter{q: q, s: s}
 	defer w.leave(ctx)
@@ -452,6 +452,22 @@ func (w *waiter) leave(ctx context.Context) {
 	if w.key == "" {
 		return
 	}
-	_ = deleteRev(ctx, w.q.client, w.key, w.rev) // else it goes with the lease
+	// A closed client can send nothing (its retries would only wait out
+	// the cleanup's bound); else the key goes with the lease anyway.
+	if w.q.client.Ctx().Err() == nil {
+		_ = deleteRev(ctx, w.q.client, w.key, w.rev)
+	}
 	w.key = ""
+}
+
+// sessionEnded is why s ended, matching ErrSessionExpired, and also
+// ErrClientClosed when its client was closed (the session's cause says
+// so).
+func sessionEnded(s *concurrency.Session) error {
+	if cause := context.Cause(s.Ctx()); errors.Is(cause, concurrency.ErrSessionExpired) {
+		return cause
+	} else if cause != nil && !errors.Is(cause, context.Canceled) {
+		return fmt.Errorf("%w: %w", concurrency.ErrSessionExpired, cause)
+	}
+	return concurrency.ErrSessionExpired
 }

@@ -77,6 +77,13 @@ func TestClosedClientEndsSessions(t *testing.T) {
 		t.Fatalf("barrier Hold: %v", err)
 	}
 	barrierWait := async(t, func() error { return recipes.NewBarrier(c, pfx+"/barrier").WaitContext(t.Context()) })
+	// A WorkQueue's Take on an empty queue, waiting in its line.
+	wq, err := recipes.NewWorkQueue(c, pfx+"/work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := async(t, func() error { _, err := wq.Take(t.Context(), sessions[2]); return err })
+	etcdtest.WaitKeys(t, c, pfx+"/work/wait", 1)
 
 	closed := time.Now()
 	c.Close()
@@ -87,7 +94,7 @@ func TestClosedClientEndsSessions(t *testing.T) {
 		}
 	}
 	endsWithin(t, holder.Ctx().Done(), closed, closedWithin, "the hold")
-	for what, errc := range map[string]<-chan error{"waiting Lock": lockErr, "WatchLeader": watchLeader, "WatchShards": watchShards, "Barrier.WaitContext": barrierWait} {
+	for what, errc := range map[string]<-chan error{"waiting Lock": lockErr, "WatchLeader": watchLeader, "WatchShards": watchShards, "Barrier.WaitContext": barrierWait, "WorkQueue.Take": take} {
 		select {
 		case err := <-errc:
 			if took := time.Since(closed); took > closedWithin {
