@@ -701,7 +701,9 @@ func (c *client) incrementAt(counter string, opKey func(string) string, id strin
 // claim a free slot (one of semLimit), increment the slot's counter, both
 // through Semaphore.Txn, and Release. A slot is free when the key that
 // owned it last is gone, so that with at most semLimit holders one always
-// is; two holders of one slot, which more than semLimit holders would
+// is (the key of that holding: its name and create revision, since a
+// session's next acquisition reuses the name); two holders of one slot,
+// which more than semLimit holders would
 // need, would lose increments of its counter, and none free is recorded
 // as a failed claim with errNoSlot.
 func (c *client) semaphore(s *concurrency.Session) error {
@@ -795,8 +797,9 @@ func (c *client) learnLimit() {
 // too: more than semLimit holders at that revision.
 const errNoSlot = "no free slot"
 
-// claimSlot claims, with a guarded transaction, a slot whose owner key is
-// gone, for key; it returns the slot, or -1. Each pass reads every slot and
+// claimSlot claims, with a guarded transaction, a slot whose owner (a key
+// at a create revision) is gone, for key at token; it returns the slot, or
+// -1. Each pass reads every slot and
 // its owner at one revision; a claim that loses a race (another holder
 // claimed the slot, or its owner changed, after that revision) reads
 // again. Only a pass that finds no free slot at its revision records
@@ -828,15 +831,23 @@ func (c *client) claimSlot(key string, token int64, txn func(context.Context) cl
 				free, cmp = i, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(slotKey(i)), "=", 0)}
 				break
 			}
-			owner := string(resp.Kvs[0].Value)
-			live, err := c.cli.Get(ctx, owner, at, clientv3.WithCountOnly())
+			// The owner is a key and its create revision (the holder's
+			// token): a session's key has one name from one acquisition
+			// to the next, and the same name created again (a waiter,
+			// perhaps) is not the holder that claimed the slot.
+			var owner string
+			var ownerRev int64
+			if _, err := fmt.Sscanf(string(resp.Kvs[0].Value), "%s %d", &owner, &ownerRev); err != nil {
+				return info(fmt.Errorf("slot %d: bad owner %q: %w", i, resp.Kvs[0].Value, err))
+			}
+			live, err := c.cli.Get(ctx, owner, at)
 			if err != nil {
 				return info(err)
 			}
-			if live.Count == 0 {
+			if len(live.Kvs) == 0 || live.Kvs[0].CreateRevision != ownerRev {
 				free, cmp = i, []clientv3.Cmp{
 					clientv3.Compare(clientv3.ModRevision(slotKey(i)), "=", resp.Kvs[0].ModRevision),
-					clientv3.Compare(clientv3.CreateRevision(owner), "=", 0),
+					clientv3.Compare(clientv3.CreateRevision(owner), "!=", ownerRev),
 				}
 			}
 		}
@@ -854,7 +865,7 @@ func (c *client) claimSlot(key string, token int64, txn func(context.Context) cl
 			c.rec(hc.Op{Type: hc.Fail, F: hc.FSlot, Token: token, Err: errNoSlot})
 			return -1
 		}
-		tr, err := txn(ctx).If(cmp...).Then(clientv3.OpPut(slotKey(free), key)).Commit()
+		tr, err := txn(ctx).If(cmp...).Then(clientv3.OpPut(slotKey(free), fmt.Sprintf("%s %d", key, token))).Commit()
 		switch {
 		case errors.Is(err, concurrency.ErrLockLost):
 			c.rec(hc.Op{Type: hc.Fail, F: hc.FSlot, Token: token, Err: errText(err)})
