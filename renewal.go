@@ -43,9 +43,10 @@ type renewer struct {
 	lc     pb.LeaseClient
 	users  int // sessions that renew with it; guarded by renewers' mutex
 
-	mu      sync.Mutex                // guards cur, streams and every stream's fields below kick
-	cur     *renewStream              // where new renewals go; nil before the first, or once it failed
-	streams map[*renewStream]struct{} // the streams not yet ended
+	mu       sync.Mutex                // guards cur, streams, released and every stream's fields below kick
+	cur      *renewStream              // where new renewals go; nil before the first, or once it failed
+	streams  map[*renewStream]struct{} // the streams not yet ended
+	released bool                      // its last session released it: it opens no stream again
 }
 
 // renewStream is one LeaseKeepAlive stream of a renewer.
@@ -111,8 +112,8 @@ func (r *renewer) release() {
 	delete(renewers.m, r.client)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s := r.cur; s != nil {
-		r.cur = nil
+	r.released = true
+	for s := range r.streams {
 		r.fail(s, context.Canceled)
 	}
 }
@@ -156,6 +157,12 @@ func keepAliveOnce(ctx context.Context, r *renewer, client *clientv3.Client, id 
 func (r *renewer) renew(ctx context.Context, id int64, again bool) (*pb.LeaseKeepAliveResponse, error) {
 	rn := &renewal{id: id, waiting: true, answer: make(chan renewAnswer, 1)}
 	r.mu.Lock()
+	if r.released {
+		// A late attempt of a renewal (ask's, after its session ended and
+		// released r): a stream opened now would outlive every session.
+		r.mu.Unlock()
+		return nil, context.Canceled
+	}
 	s := r.cur
 	if s == nil || again && s.waiting[id] > 0 || len(s.unsent)+len(s.pending) >= maxStreamDepth {
 		old := r.cur

@@ -84,7 +84,7 @@ func (b *DoubleBarrier) EnterContext(ctx context.Context) error {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		cli.Delete(dctx, key)
 		cancel()
-		sweepLate(b.s, key)
+		sweepLate(b.s, key, "")
 		return writeErr(ctx, err)
 	}
 	b.myKey, b.myRev = key, rev

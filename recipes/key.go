@@ -167,27 +167,36 @@ func sessionOK(s *concurrency.Session) error {
 // the session ends (Ctx), for the key to appear on the session's lease,
 // and deletes it by its create revision. The session's end ends the
 // goroutine, and the lease's end the key.
-func sweepLate(s *concurrency.Session, key string) {
+//
+// With a value, only a key of that value is the late put's (a put that
+// writes a value no other put writes, such as a WorkQueue claim's nonce):
+// another put of key on the same lease is left alone, and ends the sweep,
+// for the caller's put was guarded so that it cannot apply after another.
+func sweepLate(s *concurrency.Session, key, value string) {
 	go func() {
 		ctx, c := s.Ctx(), s.Client()
 		var rev int64
-		mine := func(kv *mvccpb.KeyValue) bool {
+		// seen reports whether kv ends the sweep, and notes its create
+		// revision if it is the late put's.
+		seen := func(kv *mvccpb.KeyValue) bool {
 			if kv == nil || clientv3.LeaseID(kv.Lease) != s.Lease() {
-				return false
+				return value != "" && kv != nil
 			}
-			rev = kv.CreateRevision
+			if value == "" || string(kv.Value) == value {
+				rev = kv.CreateRevision
+			}
 			return true
 		}
 		err := await(ctx, c, key,
-			func(ev *clientv3.Event) bool { return ev.Type == mvccpb.PUT && mine(ev.Kv) },
+			func(ev *clientv3.Event) bool { return ev.Type == mvccpb.PUT && seen(ev.Kv) },
 			func(ctx context.Context) (bool, int64, error) {
 				resp, err := c.Get(ctx, key)
 				if err != nil {
 					return false, 0, err
 				}
-				return len(resp.Kvs) > 0 && mine(resp.Kvs[0]), resp.Header.Revision, nil
+				return len(resp.Kvs) > 0 && seen(resp.Kvs[0]), resp.Header.Revision, nil
 			})
-		if err == nil {
+		if err == nil && rev != 0 {
 			deleteRev(ctx, c, key, rev)
 		}
 	}()

@@ -35,9 +35,10 @@ import (
 
 // Take claims the next ready item (lowest priority number, then oldest;
 // among the 32 oldest of that priority, at random, once it has lost a race
-// for one to another consumer: see pick) on session s and returns its Delivery, blocking until there is one, ctx
-// ends (an error matching ctx.Err()), or s ends (ErrSessionExpired of the
-// root package). The claim is a key on s's lease (or on a lease of its own
+// for one to another consumer: see pick) on session s and returns its
+// Delivery, blocking until there is one, ctx ends (an error matching
+// ctx.Err()), or s ends (ErrSessionExpired of the root package; with
+// ErrClientClosed too if its client was closed). The claim is a key on s's lease (or on a lease of its own
 // under WithProcessingLimit): the item is not delivered to anyone else
 // while it lives, and is delivered again once it ends without an Ack.
 //
@@ -46,8 +47,13 @@ import (
 // this consumer's clock are made ready on the way. If ctx ends while the
 // claim is in flight, Take waits for its answer (up to 3 s more) and
 // returns the Delivery if it was applied; a claim whose outcome stays
-// unknown is deleted if it turns up later. Take leaves no waiting key
-// behind.
+// unknown is deleted if it turns up later (each claim carries a nonce of
+// its own, so no other claim of the item is taken for it). Take leaves no
+// waiting key behind. A key under the queue's item or delay prefixes that
+// does not parse (another primitive's or queue's under this name, one
+// written by hand or by another version) makes Take return ErrNameInUse
+// naming the key, rather than deliver around it: an operator removes it
+// (etcdctl del) or renames one of the two.
 func (q *WorkQueue) Take(ctx context.Context, s *concurrency.Session) (*Delivery, error) {
 	if err := sessionOK(s); err != nil {
 		return nil, err
@@ -211,12 +217,16 @@ func (q *WorkQueue) claim(ctx context.Context, s *concurrency.Session, it item) 
 		return nil, err
 	}
 	ik, ck := q.itemKey(it.id), q.claimKey(it.id)
+	// The claim's value is the session's lease and a nonce: this attempt's
+	// alone, so that an attempt whose answer is lost is told from another
+	// claim of the item on the same session (settleClaim, sweepLate).
+	val := fmt.Sprintf("%x %016x", int64(s.Lease()), rand.Uint64())
 	wctx, stop := settling(ctx)
 	defer stop()
 	resp, err := q.client.Txn(wctx).
 		If(clientv3.Compare(clientv3.ModRevision(ik), "=", it.kv.ModRevision),
 			clientv3.Compare(clientv3.CreateRevision(ck), "=", 0)).
-		Then(clientv3.OpPut(ck, strconv.FormatInt(int64(s.Lease()), 16), clientv3.WithLease(lease)),
+		Then(clientv3.OpPut(ck, val, clientv3.WithLease(lease)),
 			clientv3.OpPut(ik, "", clientv3.WithIgnoreValue())).
 		Commit()
 	var token int64
@@ -224,11 +234,17 @@ func (q *WorkQueue) claim(ctx context.Context, s *concurrency.Session, it item) 
 	case err == nil && resp.Succeeded:
 		token = resp.Header.Revision
 	case err != nil:
-		token = q.settleClaim(ctx, s, ck, lease, own)
+		token = q.settleClaim(ctx, s, ck, val, own)
 	}
 	if token == 0 {
 		if own {
 			revoke(ctx, q.client, lease)
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				// The processing limit's lease ended before the claim
+				// was applied (commits slower than the limit): nothing
+				// was written, and the session lives; read again.
+				return nil, nil
+			}
 		}
 		return nil, leaseGone(writeErr(ctx, err))
 	}
@@ -251,17 +267,19 @@ func (q *WorkQueue) claimLease(ctx context.Context, s *concurrency.Session) (cli
 }
 
 // settleClaim reads, after a claim whose reply was lost, whether the claim
-// is there on lease, and returns its revision, or 0 if it is not; a claim
-// on s's lease that turns up later is deleted then (sweepLate).
-func (q *WorkQueue) settleClaim(ctx context.Context, s *concurrency.Session, ck string, lease clientv3.LeaseID, own bool) int64 {
+// of value val is there, and returns its revision, or 0 if it is not; a
+// claim of that value that turns up later on s's lease is deleted then
+// (sweepLate; one on its own lease goes with that lease, which the caller
+// revokes).
+func (q *WorkQueue) settleClaim(ctx context.Context, s *concurrency.Session, ck, val string, own bool) int64 {
 	rctx, cancel := cleanup(ctx)
 	defer cancel()
 	resp, err := q.client.Get(rctx, ck)
-	if err == nil && len(resp.Kvs) > 0 && clientv3.LeaseID(resp.Kvs[0].Lease) == lease {
+	if err == nil && len(resp.Kvs) > 0 && string(resp.Kvs[0].Value) == val {
 		return resp.Kvs[0].CreateRevision
 	}
 	if !own {
-		sweepLate(s, ck)
+		sweepLate(s, ck, val)
 	}
 	return 0
 }
@@ -438,7 +456,7 @@ func (w *waiter) join(ctx context.Context) error {
 	rev, err := putNew(wctx, w.q.client, key, "", w.s.Lease())
 	if err != nil {
 		if !errors.Is(err, ErrKeyExists) {
-			sweepLate(w.s, key)
+			sweepLate(w.s, key, "")
 		}
 		return leaseGone(writeErr(ctx, err))
 	}

@@ -455,42 +455,10 @@ func countingClient(t testing.TB, n *atomic.Int64) *clientv3.Client {
 // costs the waiting consumers about the same number of requests: only the
 // first in line watches the queue, the others each their predecessor.
 func TestWorkQueueNoHerd(t *testing.T) {
-	cost := func(waiters int) int64 {
-		pfx := etcdtest.Begin(t)
-		var n atomic.Int64
-		c := countingClient(t, &n)
-		q := newWorkQueue(t, c, pfx)
-		prod := newWorkQueue(t, sharedClient(t), pfx)
-		ctx, cancel := context.WithCancel(t.Context())
-		defer cancel()
-		got := make(chan *recipes.Delivery, waiters)
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		defer cancel()
-		for range waiters {
-			s := newSession(t, c)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if d, err := q.Take(ctx, s); err == nil {
-					got <- d
-				}
-			}()
-		}
-		etcdtest.Eventually(t, 20*time.Second, func() bool { return len(etcdtest.Keys(t, sharedClient(t), pfx+"/wait")) == waiters },
-			"%d waiters not in line", waiters)
-		time.Sleep(300 * time.Millisecond) // let the line's reads settle
-		before := n.Load()
-		put(t, prod, "job")
-		d := <-got
-		// The line moves up: the taker's key goes, the next becomes first.
-		etcdtest.Eventually(t, 20*time.Second, func() bool { return len(etcdtest.Keys(t, sharedClient(t), pfx+"/wait")) == waiters-1 },
-			"line did not move")
-		time.Sleep(300 * time.Millisecond)
-		spent := n.Load() - before
-		if err := d.Ack(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+	// Each count in a subtest of its own, so that its sessions and client
+	// are closed before its leak check, not after the next count's.
+	cost := func(waiters int) (spent int64) {
+		t.Run(fmt.Sprintf("%d waiters", waiters), func(t *testing.T) { spent = waitingCost(t, waiters) })
 		return spent
 	}
 	one := cost(1)
@@ -501,6 +469,47 @@ func TestWorkQueueNoHerd(t *testing.T) {
 			t.Errorf("one Put cost %d requests with %d waiters, %d with 1: a herd", many, n, one)
 		}
 	}
+}
+
+// waitingCost returns how many requests the consumers waiting in a
+// queue's line spend on one Put and its delivery.
+func waitingCost(t *testing.T, waiters int) int64 {
+	pfx := etcdtest.Begin(t)
+	var n atomic.Int64
+	c := countingClient(t, &n)
+	q := newWorkQueue(t, c, pfx)
+	prod := newWorkQueue(t, sharedClient(t), pfx)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	got := make(chan *recipes.Delivery, waiters)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for range waiters {
+		s := newSession(t, c)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if d, err := q.Take(ctx, s); err == nil {
+				got <- d
+			}
+		}()
+	}
+	etcdtest.Eventually(t, 20*time.Second, func() bool { return len(etcdtest.Keys(t, sharedClient(t), pfx+"/wait")) == waiters },
+		"%d waiters not in line", waiters)
+	time.Sleep(300 * time.Millisecond) // let the line's reads settle
+	before := n.Load()
+	put(t, prod, "job")
+	d := <-got
+	// The line moves up: the taker's key goes, the next becomes first.
+	etcdtest.Eventually(t, 20*time.Second, func() bool { return len(etcdtest.Keys(t, sharedClient(t), pfx+"/wait")) == waiters-1 },
+		"line did not move")
+	time.Sleep(300 * time.Millisecond)
+	spent := n.Load() - before
+	if err := d.Ack(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return spent
 }
 
 // TestWorkQueueCompactedWhileWaiting: Takes wait on an empty queue (one
