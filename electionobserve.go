@@ -100,6 +100,11 @@ func (e *Election) observe(ctx context.Context, ch chan<- *clientv3.GetResponse)
 				}
 				err = watchAfter(ctx, client, e.s.live(), string(kv.Key), rev, func(wr clientv3.WatchResponse) (bool, error) {
 					for _, ev := range wr.Events {
+						if ev.Kv.ModRevision <= rev {
+							// Already read (a watch on a member behind the
+							// read replays it): posting it would go back.
+							continue
+						}
 						if ev.Type == mvccpb.DELETE {
 							return true, nil
 						}

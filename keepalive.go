@@ -46,6 +46,10 @@ const maxRenewing = 4
 // machine, timers and goroutines ran up to half a second late).
 const renewSlack = time.Second
 
+// errRenewalUnanswered is, for the metrics, a renewal attempt that had no
+// answer in time.
+var errRenewalUnanswered = errors.New("concurrency: renewal not answered in time")
+
 // renewResult is what one renewal of run's came to.
 type renewResult struct {
 	sent time.Time
@@ -90,6 +94,17 @@ func (s *Session) run() {
 		case <-s.ctx.Done():
 			return
 		case <-expiry.C:
+			if left := time.Until(s.Deadline()); left > 0 {
+				// An answer moved the deadline as the timer fired; its
+				// result is on its way.
+				expiry.Reset(left)
+				continue
+			}
+			// The renewals still waiting failed: none was answered in
+			// time (what keepalive failures count, and alert on).
+			for range waiting {
+				s.ins.renewed(time.Time{}, errRenewalUnanswered)
+			}
 			s.ins.deadlinePassed()
 			s.endLife(fmt.Errorf("%w: lease %x not renewed before its deadline", ErrSessionExpired, int64(s.id)))
 			return
@@ -204,6 +219,12 @@ func (s *Session) renew(r *renewer) error {
 	})
 	if err != nil {
 		return err
+	}
+	if attempts.Load() > 1 {
+		// Its first attempt waited past renewTimeout (a silent connection,
+		// or a slow one): a failure of that attempt, as the metrics count
+		// it, though another answered.
+		s.ins.renewed(sent, errRenewalUnanswered)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

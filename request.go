@@ -273,6 +273,13 @@ func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c
 	late := min(2*ans.recently(c), 2*d)
 	if c == classRenew {
 		late = 3 * ans.recently(c) / 2
+		// But early enough that a second attempt, on another connection,
+		// can still be answered before the renewal's deadline (its ctx's):
+		// after a spell of slow renewals, a connection that then goes
+		// silent must not hold every renewal until the session ends.
+		if dl, ok := ctx.Deadline(); ok {
+			late = min(late, time.Until(dl)/2)
+		}
 	}
 	hedge = max(hedge, late)
 	giveUp := giveUpAfter * d

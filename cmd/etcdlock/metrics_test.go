@@ -164,6 +164,9 @@ func TestHealthz(t *testing.T) {
 		second.firstLine()
 		expectHealth(t, second, http.StatusOK)
 		expectHealth(t, first, http.StatusServiceUnavailable)
+		// Its command's group is gone (a signal while it is stopped would
+		// end etcdlock with the command's status: see supervise).
+		first.waitFor(first.stderr, "campaigning again")
 		first.signal(syscall.SIGINT)
 		first.expectExit(10*time.Second, exitSignal+int(syscall.SIGINT))
 		second.release()
