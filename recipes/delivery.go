@@ -111,11 +111,12 @@ func (d *Delivery) AckTxn(ctx context.Context, ops ...clientv3.Op) (*clientv3.Tx
 // Nack gives the item back: it is ready again after delay (by this
 // process's clock against the consumers'; 0: at once), or moved to the
 // dead letters if this was its WithMaxDeliveries-th delivery. A negative
-// delay returns ErrInvalidDelay and changes nothing. Errors and ctx are as
+// delay, or one over MaxDelay, returns ErrInvalidDelay and changes
+// nothing. Errors and ctx are as
 // AckTxn's.
 func (d *Delivery) Nack(ctx context.Context, delay time.Duration) error {
-	if delay < 0 {
-		return fmt.Errorf("%w: %v", ErrInvalidDelay, delay)
+	if err := validDelay(delay); err != nil {
+		return err
 	}
 	q, it := d.q, d.it
 	ops := []clientv3.Op{clientv3.OpDelete(q.claimKey(it.id))}

@@ -38,8 +38,8 @@ var (
 	// less, or over its documented maximum.
 	ErrInvalidLimit = errors.New("recipes: invalid limit")
 	// ErrInvalidDelay is returned by WorkQueue.Put and Delivery.Nack for a
-	// negative delay; nothing is written.
-	ErrInvalidDelay = errors.New("recipes: negative delay")
+	// negative delay or one over MaxDelay; nothing is written.
+	ErrInvalidDelay = errors.New("recipes: invalid delay")
 	// ErrItemTooLarge is returned by WorkQueue.Put for an item that would
 	// not fit in one etcd request (see WithMaxRequestBytes); nothing is
 	// written.

@@ -1,6 +1,7 @@
 package recipes_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -29,16 +30,16 @@ func TestSweepLateTakesOnlyItsOwnPut(t *testing.T) {
 	}
 	defer s.Close()
 	pfx := "/test/TestSweepLateTakesOnlyItsOwnPut/" + time.Now().Format("150405.000000000") + "/"
-	defer cli.Delete(t.Context(), pfx, clientv3.WithPrefix())
+	defer cli.Delete(context.Background(), pfx, clientv3.WithPrefix())
 	put := func(key, val string) {
 		t.Helper()
-		if _, err := cli.Put(t.Context(), key, val, clientv3.WithLease(s.Lease())); err != nil {
+		if _, err := cli.Put(context.Background(), key, val, clientv3.WithLease(s.Lease())); err != nil {
 			t.Fatal(err)
 		}
 	}
 	count := func(key string) int64 {
 		t.Helper()
-		resp, err := cli.Get(t.Context(), key, clientv3.WithCountOnly())
+		resp, err := cli.Get(context.Background(), key, clientv3.WithCountOnly())
 		if err != nil {
 			t.Fatal(err)
 		}

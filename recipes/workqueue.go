@@ -65,11 +65,13 @@ type wqOptions struct {
 // (--max-request-bytes), which bounds an item's size.
 const DefaultMaxRequestBytes = 1536 * 1024
 
-// Most that an option may ask for: deliveries of an item, and a
-// processing limit.
+// Most that an option may ask for: deliveries of an item, a processing
+// limit, and a delay (a year: a due time past 2262 would not fit etcd's
+// keys' nanoseconds).
 const (
 	MaxDeliveriesLimit  = 1 << 20
 	MaxProcessingLimit  = 24 * time.Hour
+	MaxDelay            = 366 * 24 * time.Hour // of WithDelay and Nack
 	maxDedupIDBytes     = 1024
 	recordOverheadBytes = 512 // keys, header and the transaction around a record
 	promoteBatch        = 16  // delayed records read per Take
@@ -114,7 +116,8 @@ func WithProcessingLimit(d time.Duration) WorkQueueOption {
 // WithMaxRequestBytes tells the queue etcd's --max-request-bytes, if the
 // servers run with another one than DefaultMaxRequestBytes (the default):
 // Put refuses an item that would not fit with ErrItemTooLarge, before
-// writing anything. n <= 0 makes NewWorkQueue fail with ErrInvalidLimit.
+// writing anything. n of 512 bytes or less makes NewWorkQueue fail with
+// ErrInvalidLimit.
 func WithMaxRequestBytes(n int) WorkQueueOption {
 	return func(o *wqOptions) {
 		if n <= recordOverheadBytes {
@@ -169,7 +172,8 @@ func WithPriority(p uint16) PutOption { return func(o *putOptions) { o.priority 
 
 // WithDelay makes an item ready d after Put, by the producer's clock
 // against the consumers' (see doc.go: etcd has no clock). The default is
-// 0 (ready at once); d < 0 makes Put fail with ErrInvalidDelay.
+// 0 (ready at once); d < 0 or d > MaxDelay makes Put fail with
+// ErrInvalidDelay.
 func WithDelay(d time.Duration) PutOption { return func(o *putOptions) { o.delay = d } }
 
 // WithDedupID puts the item only if no item put with the same id is still
@@ -179,7 +183,8 @@ func WithDelay(d time.Duration) PutOption { return func(o *putOptions) { o.delay
 func WithDedupID(id string) PutOption { return func(o *putOptions) { o.dedup = id } }
 
 // Put adds val to the queue and returns the item's id. It checks its input
-// before writing anything: ErrInvalidDelay for a negative delay,
+// before writing anything: ErrInvalidDelay for a negative delay or one
+// over MaxDelay,
 // ErrItemTooLarge for an item over etcd's request size, ErrInvalidName for
 // a dedup id over 1 KiB. With WithDedupID it returns ErrDuplicate, and the
 // id of the item already in the queue, if that id is taken.
@@ -192,21 +197,24 @@ func (q *WorkQueue) Put(ctx context.Context, val string, opts ...PutOption) (str
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.delay < 0 {
-		return "", fmt.Errorf("%w: %v", ErrInvalidDelay, o.delay)
+	if err := validDelay(o.delay); err != nil {
+		return "", err
 	}
 	if len(o.dedup) > maxDedupIDBytes {
 		return "", fmt.Errorf("%w: dedup id of %d bytes", ErrInvalidName, len(o.dedup))
 	}
-	if n := len(val) + len(o.dedup) + 2*len(q.pfx) + recordOverheadBytes; n > q.opts.maxRequest {
+	now := time.Now()
+	rec := record{putNanos: now.UnixNano(), dedup: o.dedup, value: val}
+	// The largest transaction the record travels in: its own put, with
+	// the dedup key put, compared and read (Put), or a move with the
+	// queue's keys named four times (Nack, a burial, a promotion).
+	if n := len(rec.encode()) + 3*len(o.dedup) + 4*len(q.pfx) + recordOverheadBytes; n > q.opts.maxRequest {
 		return "", fmt.Errorf("%w: %d bytes with its record, etcd takes %d", ErrItemTooLarge, n, q.opts.maxRequest)
 	}
 	if err := q.checkName(ctx); err != nil {
 		return "", err
 	}
-	now := time.Now()
 	id := fmt.Sprintf("%05d/%016x%08x", o.priority, now.UnixNano(), rand.Uint32())
-	rec := record{putNanos: now.UnixNano(), dedup: o.dedup, value: val}
 	key := q.itemKey(id)
 	if o.delay > 0 {
 		key = q.delayKey(now.Add(o.delay), id)
@@ -326,4 +334,12 @@ func (q *WorkQueue) idOf(key []byte, k string) (string, uint16, error) {
 		return "", 0, fmt.Errorf("%w: %q is not a work queue's key", ErrNameInUse, key)
 	}
 	return rest, uint16(pr), nil
+}
+
+// validDelay reports a delay below 0 or over MaxDelay (ErrInvalidDelay).
+func validDelay(d time.Duration) error {
+	if d < 0 || d > MaxDelay {
+		return fmt.Errorf("%w: %v (0 to %v)", ErrInvalidDelay, d, MaxDelay)
+	}
+	return nil
 }

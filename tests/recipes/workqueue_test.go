@@ -118,16 +118,18 @@ func TestWorkQueueConsumerCrash(t *testing.T) {
 			} else if _, err := c.Revoke(t.Context(), a.Lease()); err != nil {
 				t.Fatal(err)
 			}
+			// The delivery's Ctx ends with its session, before any Ack
+			// says the claim is lost.
+			etcdtest.Eventually(t, 5*time.Second, func() bool { return d.Ctx().Err() != nil }, "Ctx of the lost delivery alive")
+			if !errors.Is(context.Cause(d.Ctx()), recipes.ErrClaimLost) {
+				t.Errorf("cause %v", context.Cause(d.Ctx()))
+			}
 			d2 := take(t, q, b, 10*time.Second)
 			if d2.ID() != d.ID() || d2.Count() != 2 || d2.Token() <= d.Token() {
 				t.Errorf("redelivery: id %s count %d token %d, first %s token %d", d2.ID(), d2.Count(), d2.Token(), d.ID(), d.Token())
 			}
 			if err := d.Ack(t.Context()); !errors.Is(err, recipes.ErrClaimLost) {
 				t.Errorf("Ack of a lost claim = %v, want ErrClaimLost", err)
-			}
-			etcdtest.Eventually(t, 5*time.Second, func() bool { return d.Ctx().Err() != nil }, "Ctx of the lost delivery alive")
-			if !errors.Is(context.Cause(d.Ctx()), recipes.ErrClaimLost) {
-				t.Errorf("cause %v", context.Cause(d.Ctx()))
 			}
 			if err := d2.Ack(t.Context()); err != nil {
 				t.Fatal(err)
@@ -237,6 +239,28 @@ func TestWorkQueueNackDelayDeadLetters(t *testing.T) {
 	put(t, q, "again", recipes.WithDedupID("job-1")) // the id is free
 }
 
+// TestWorkQueueBuryOnTake: an item whose last allowed delivery's claim
+// ended without a Nack (its consumer's session closed) is moved to the
+// dead letters by the next Take, which delivers it no more.
+func TestWorkQueueBuryOnTake(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	q := newWorkQueue(t, c, pfx, recipes.WithMaxDeliveries(1))
+	a, b := newSession(t, c), newSession(t, c)
+	id := put(t, q, "poison")
+	take(t, q, a, 10*time.Second)
+	a.Close() // the claim goes with the lease: delivered once, not acked
+	empty(t, q, b, time.Second)
+	dead, err := q.DeadLetters(t.Context(), 0)
+	if err != nil || len(dead) != 1 || dead[0].ID != id || dead[0].Deliveries != 1 {
+		t.Fatalf("dead letters = %+v, %v; want %s delivered once", dead, err, id)
+	}
+	if err := q.Purge(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	noKeysLeft(t, c, pfx)
+}
+
 // TestWorkQueueDelayAndDedup: a delayed item is not taken before its time
 // (by this process's clock), a waiting consumer's timer takes it then; a
 // dedup id is refused while its item is in the queue, free after Ack.
@@ -300,7 +324,12 @@ func TestWorkQueueBadInput(t *testing.T) {
 		want error
 	}{
 		{"x", recipes.WithDelay(-time.Second), recipes.ErrInvalidDelay},
+		{"x", recipes.WithDelay(recipes.MaxDelay + time.Second), recipes.ErrInvalidDelay},
+		{"x", recipes.WithDelay(time.Duration(1<<63 - 1)), recipes.ErrInvalidDelay},
 		{strings.Repeat("x", recipes.DefaultMaxRequestBytes), nil, recipes.ErrItemTooLarge},
+		// The dedup id travels in the put, its key and the compare: an
+		// item that fits alone does not fit with a long one.
+		{strings.Repeat("x", recipes.DefaultMaxRequestBytes-3000), recipes.WithDedupID(strings.Repeat("d", 1000)), recipes.ErrItemTooLarge},
 		{"x", recipes.WithDedupID(strings.Repeat("d", 1025)), recipes.ErrInvalidName},
 	} {
 		opts := []recipes.PutOption{}
@@ -316,8 +345,10 @@ func TestWorkQueueBadInput(t *testing.T) {
 	}
 	put(t, q, "x")
 	d := take(t, q, s, 10*time.Second)
-	if err := d.Nack(t.Context(), -time.Second); !errors.Is(err, recipes.ErrInvalidDelay) {
-		t.Errorf("Nack(-1s) = %v", err)
+	for _, delay := range []time.Duration{-time.Second, recipes.MaxDelay + 1} {
+		if err := d.Nack(t.Context(), delay); !errors.Is(err, recipes.ErrInvalidDelay) {
+			t.Errorf("Nack(%v) = %v", delay, err)
+		}
 	}
 	if err := d.Ack(t.Context()); err != nil { // the bad Nack changed nothing
 		t.Fatal(err)
