@@ -232,7 +232,15 @@ func (o *workOptions) takeOn(ctx context.Context, q *recipes.WorkQueue, s *concu
 		}
 		cancel()
 		if err != nil && !errors.Is(err, recipes.ErrClaimLost) {
-			return err
+			if o.once {
+				return err
+			}
+			// Likely passing (a lost leader, a timeout): not a reason to
+			// stop taking. The session ends here, and with its lease the
+			// claim, so the item is not stranded on a live session; take
+			// starts another.
+			fmt.Fprintf(stderr, "etcdlock: item %s: %v; giving back what this session holds and taking on a new one\n", d.ID(), err)
+			return nil
 		}
 		if errors.Is(err, recipes.ErrClaimLost) {
 			fmt.Fprintf(stderr, "etcdlock: item %s: %v; it is delivered again\n", d.ID(), err)
