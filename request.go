@@ -263,7 +263,7 @@ func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c
 	// Twice the last answer's time, but never past 2d, so that a write
 	// or a read that the cluster answered slowly lately is not left on a
 	// silent connection for long. A renewal's is one and a half times the
-	// last renewal's, however long: renewals are a class of their own (a
+	// last renewal's, not bounded by d: renewals are a class of their own (a
 	// read that took seconds on a starved machine no longer delays a
 	// renewal's second attempt past the deadline), and a second attempt
 	// sent before a slow renewal's usual time only moves the client's

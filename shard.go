@@ -186,9 +186,8 @@ func Shards(ctx context.Context, cli *clientv3.Client, group string, n int, fn f
 		if !retry {
 			return err
 		}
-		closed := (&leader{cli: cli}).permanent
 		if cli.Ctx().Err() != nil { // the membership ended with its session
-			return closed(nil)
+			return fmt.Errorf("concurrency: Shards: %w", clientClosed(cli))
 		}
 		if time.Since(since) >= leadMaxBackoff {
 			backoff = leadMinBackoff
@@ -197,7 +196,7 @@ func Shards(ctx context.Context, cli *clientv3.Client, group string, n int, fn f
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return closed(nil)
+			return fmt.Errorf("concurrency: Shards: %w", clientClosed(cli))
 		}
 		backoff = min(2*backoff, leadMaxBackoff)
 	}

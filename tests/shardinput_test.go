@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -239,12 +240,14 @@ func TestShardsCountsJoinAtOnce(t *testing.T) {
 	// Settled: nothing under the group changes for 2 s.
 	wctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
-	events := 0
+	var events []string
 	for wr := range c.Watch(wctx, group+"/", clientv3.WithPrefix()) {
-		events += len(wr.Events)
+		for _, ev := range wr.Events {
+			events = append(events, fmt.Sprintf("%s %s", ev.Type, strings.TrimPrefix(string(ev.Kv.Key), group)))
+		}
 	}
-	if events != 0 {
-		t.Errorf("%d events under the group after it settled", events)
+	if len(events) != 0 {
+		t.Errorf("%d events under the group after it settled: %v", len(events), events)
 	}
 	if s := winner.log.startsOf(winner.name); s != winner.n {
 		t.Errorf("%s started %d functions for %d shards: shards moved", winner.name, s, winner.n)
