@@ -3,7 +3,7 @@ package faults_test
 import (
 	"time"
 
-	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+	hc "github.com/seed-a9d410c6/concurrency/internal/testkit/historycheck"
 )
 
 // The functions of the barrier workloads' histories, as in faults/worker.

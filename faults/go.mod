@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/seed-a9d410c6/concurrency v0.0.0-00010101000000-000000000000
-	github.com/seed-a9d410c6/concurrency/internal v0.0.0-00010101000000-000000000000
+	github.com/seed-a9d410c6/concurrency/internal/testkit v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.27.1
 )
@@ -91,4 +91,4 @@ require (
 
 replace github.com/seed-a9d410c6/concurrency => ../
 
-replace github.com/seed-a9d410c6/concurrency/internal => ../internal
+replace github.com/seed-a9d410c6/concurrency/internal/testkit => ../internal/testkit

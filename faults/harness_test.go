@@ -15,8 +15,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/seed-a9d410c6/concurrency/internal/etcdproc"
-	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdproc"
+	hc "github.com/seed-a9d410c6/concurrency/internal/testkit/historycheck"
 )
 
 // runConfig is one run: a cluster of etcd processes, worker processes

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+	hc "github.com/seed-a9d410c6/concurrency/internal/testkit/historycheck"
 )
 
 var flagLiveBound = flag.Duration("faults.livebound", 0, "how long after a lock is free its first waiter may still wait, and after a hold's key is deleted its Ctx may still live, in a half-open window (default: from -faults.ttl, see liveBound)")

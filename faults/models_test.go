@@ -15,7 +15,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+	hc "github.com/seed-a9d410c6/concurrency/internal/testkit/historycheck"
 )
 
 var flagModelTimeout = flag.Duration("faults.modeltimeout", 5*time.Minute, "how long porcupine may check one name's history; a check that runs out is a violation, not a pass")

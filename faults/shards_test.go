@@ -12,8 +12,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
-	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
+	hc "github.com/seed-a9d410c6/concurrency/internal/testkit/historycheck"
 )
 
 var flagShardsDuration = flag.Duration("faults.shardsduration", 90*time.Second, "how long TestFaultsShards runs the shards workload under faults")

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/seed-a9d410c6/concurrency"
-	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+	hc "github.com/seed-a9d410c6/concurrency/internal/testkit/historycheck"
 )
 
 // store is the external resource of the fence and unguarded workloads: a

@@ -14,8 +14,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
-	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
+	hc "github.com/seed-a9d410c6/concurrency/internal/testkit/historycheck"
 )
 
 // The workq workload (faults/worker/workq.go) runs a recipes.WorkQueue

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
-	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/lockbench"
 )
 
 // The benchmarks run each case for this package (impl=ours) and for etcd's

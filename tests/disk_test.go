@@ -12,8 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/tests/v3/framework/integration"
 
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
-	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/lockbench"
 )
 
 // TestDiskBoundIntegration is issue 43's comparison as the issue ran it:

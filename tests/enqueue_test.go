@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // A review of the issue-21 rewrite (commit a127f9e) found these; each

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 func TestFenceCheck(t *testing.T) {

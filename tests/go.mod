@@ -6,7 +6,7 @@ require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/seed-a9d410c6/concurrency v0.0.0-00010101000000-000000000000
-	github.com/seed-a9d410c6/concurrency/internal v0.0.0-00010101000000-000000000000
+	github.com/seed-a9d410c6/concurrency/internal/testkit v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/tests/v3 v3.7.3
@@ -92,6 +92,6 @@ require (
 
 replace github.com/seed-a9d410c6/concurrency => ../
 
-replace github.com/seed-a9d410c6/concurrency/internal => ../internal
+replace github.com/seed-a9d410c6/concurrency/internal/testkit => ../internal/testkit
 
 replace github.com/seed-a9d410c6/concurrency/prometheus => ../prometheus

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdproc"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdproc"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // Issue 27: a connection that goes silent without a reset. The client

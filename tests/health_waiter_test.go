@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // A session whose health checks start failing while its Lock waits ends

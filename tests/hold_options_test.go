@@ -10,7 +10,7 @@ import (
 	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // A Mutex WithMaxHold and WithLockDelay, granted after a loss, waits out

@@ -16,7 +16,7 @@ import (
 	"go.etcd.io/etcd/tests/v3/framework/integration"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // goLead runs Lead in a goroutine until the returned cancel is called or

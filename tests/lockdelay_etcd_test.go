@@ -7,7 +7,7 @@ import (
 	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // etcdHolder locks name with a Mutex of etcd's own package, on a session

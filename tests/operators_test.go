@@ -20,7 +20,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 	concurrencyprom "github.com/seed-a9d410c6/concurrency/prometheus"
 	"github.com/seed-a9d410c6/concurrency/recipes"
 )

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // Issue 42: a client's sessions renew their leases on one LeaseKeepAlive

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // Readers share, a writer excludes everyone, and a writer that queued is

@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // What another process writes under a Shards group is input (issue 49):

@@ -12,8 +12,8 @@ import (
 	"go.etcd.io/etcd/tests/v3/framework/integration"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
-	"github.com/seed-a9d410c6/concurrency/internal/slowwrite"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/slowwrite"
 )
 
 // Issue 38: slow is not dead. A client whose writes take seconds to be

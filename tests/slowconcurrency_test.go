@@ -11,8 +11,8 @@ import (
 	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
-	"github.com/seed-a9d410c6/concurrency/internal/slowwrite"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/slowwrite"
 )
 
 // Issue 50: many operations at once on a slow cluster. With writes 4 s

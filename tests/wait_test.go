@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // The wait's rewrite for heap per waiter (issue 30), reviewed: one probe

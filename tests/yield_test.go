@@ -10,7 +10,7 @@ import (
 	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // These tests cover yield requests: RequestYield asks the holders of a

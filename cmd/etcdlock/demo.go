@@ -16,7 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/embedetcd"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/embedetcd"
 )
 
 type demoOptions struct {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // Bad flags, arguments and variables exit 2 with a message that says what

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/seed-a9d410c6/concurrency v0.0.0-00010101000000-000000000000
-	github.com/seed-a9d410c6/concurrency/internal v0.0.0-00010101000000-000000000000
+	github.com/seed-a9d410c6/concurrency/internal/testkit v0.0.0-00010101000000-000000000000
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
 	go.etcd.io/etcd/api/v3 v3.7.3

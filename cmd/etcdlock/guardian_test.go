@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // pgidOf returns the process group of pid, from /proc.

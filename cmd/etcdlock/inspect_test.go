@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // inspectJSON runs inspect --json on name and decodes its answer.

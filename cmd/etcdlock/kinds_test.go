@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // journal is a command that appends "+" to the file $J when it starts and

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // The work subcommands end to end: put (one a poison item), take --once

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/lockbench"
 )
 
 // anatomyPair is the anatomy of one session count, for both packages.

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seed-a9d410c6/concurrency/internal/etcdproc"
-	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdproc"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/lockbench"
 )
 
 // The capacity run (-capacity, issue 42): for each scenario of

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/prometheus/client_golang v1.23.2
-	github.com/seed-a9d410c6/concurrency/internal v0.0.0-00010101000000-000000000000
+	github.com/seed-a9d410c6/concurrency/internal/testkit v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.27.1
 )
@@ -72,6 +72,6 @@ require (
 
 replace github.com/seed-a9d410c6/concurrency => ../../
 
-replace github.com/seed-a9d410c6/concurrency/internal => ../../internal
+replace github.com/seed-a9d410c6/concurrency/internal/testkit => ../../internal/testkit
 
 replace github.com/seed-a9d410c6/concurrency/prometheus => ../../prometheus

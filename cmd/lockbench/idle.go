@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/lockbench"
 )
 
 // idleRun is the idle workload of one layout and TTL, for both packages.

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seed-a9d410c6/concurrency/internal/embedetcd"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdproc"
-	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/embedetcd"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdproc"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/lockbench"
 )
 
 // The interleaved comparison (-interleave, issue 42): uncontended

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/lockbench"
 	concurrencyprom "github.com/seed-a9d410c6/concurrency/prometheus"
 )
 

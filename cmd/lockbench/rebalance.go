@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/lockbench"
 	concurrencyprom "github.com/seed-a9d410c6/concurrency/prometheus"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/lockbench"
 )
 
 // report writes the tables, a chart and the targets of issues 14 and 3 as

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/seed-a9d410c6/concurrency/internal/embedetcd"
-	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/embedetcd"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/lockbench"
 )
 
 var (

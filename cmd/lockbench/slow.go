@@ -10,7 +10,7 @@ import (
 	etcdconc "go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/slowwrite"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/slowwrite"
 )
 
 // The slow group (issue 38): every operation of both packages on a client

@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/seed-a9d410c6/concurrency/internal/lockbench"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/lockbench"
 )
 
 // The workq group (issue 53): recipes.WorkQueue beside etcd's recipe

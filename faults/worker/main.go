@@ -34,8 +34,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/seed-a9d410c6/concurrency"
-	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
-	"github.com/seed-a9d410c6/concurrency/internal/slowwrite"
+	hc "github.com/seed-a9d410c6/concurrency/internal/testkit/historycheck"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/slowwrite"
 	"github.com/seed-a9d410c6/concurrency/recipes"
 )
 

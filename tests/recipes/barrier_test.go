@@ -13,8 +13,8 @@ import (
 	"go.etcd.io/etcd/tests/v3/framework/integration"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
-	"github.com/seed-a9d410c6/concurrency/internal/slowwrite"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/slowwrite"
 	"github.com/seed-a9d410c6/concurrency/recipes"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 	"github.com/seed-a9d410c6/concurrency/recipes"
 )
 

@@ -10,7 +10,7 @@ import (
 	"go.etcd.io/etcd/tests/v3/framework/integration"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 )
 
 // TestMain shares one 3-member in-process cluster among the tests of this

@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdrecipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 	"github.com/seed-a9d410c6/concurrency/recipes"
 )
 

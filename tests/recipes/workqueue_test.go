@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/seed-a9d410c6/concurrency"
-	"github.com/seed-a9d410c6/concurrency/internal/etcdtest"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdtest"
 	"github.com/seed-a9d410c6/concurrency/recipes"
 )
 

@@ -16,8 +16,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
-	"github.com/seed-a9d410c6/concurrency/internal/etcdproc"
-	"github.com/seed-a9d410c6/concurrency/internal/loopback"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/etcdproc"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/loopback"
 )
 
 // Cluster is a running in-process etcd cluster.

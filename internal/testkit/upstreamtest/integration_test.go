@@ -27,7 +27,7 @@ const (
 	// hostModule holds the copied tests: the module of this package,
 	// which requires etcd's server and test framework (the library's
 	// module does not).
-	hostModule = "github.com/seed-a9d410c6/concurrency/internal"
+	hostModule = "github.com/seed-a9d410c6/concurrency/internal/testkit"
 )
 
 // tempModuleDir makes a directory inside this module whose name starts

@@ -8,7 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/seed-a9d410c6/concurrency/internal/embedetcd"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/embedetcd"
 )
 
 // startCluster starts an embedded cluster of members and n clients of it,

@@ -6,7 +6,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+	hc "github.com/seed-a9d410c6/concurrency/internal/testkit/historycheck"
 )
 
 // Each model is shown to accept a correct history and to reject the

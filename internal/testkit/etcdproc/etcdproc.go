@@ -25,7 +25,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/seed-a9d410c6/concurrency/internal/loopback"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/loopback"
 )
 
 // ServerPackage is the main package of the etcd server in the module graph.

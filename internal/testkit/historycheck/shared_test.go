@@ -3,7 +3,7 @@ package historycheck_test
 import (
 	"testing"
 
-	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+	hc "github.com/seed-a9d410c6/concurrency/internal/testkit/historycheck"
 )
 
 // sem is a semaphore of limit 2 with three keys: a [10, 20), b [11, 30),

@@ -1,4 +1,4 @@
-module github.com/seed-a9d410c6/concurrency/internal
+module github.com/seed-a9d410c6/concurrency/internal/testkit
 
 go 1.26.0
 
@@ -88,4 +88,4 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-replace github.com/seed-a9d410c6/concurrency => ../
+replace github.com/seed-a9d410c6/concurrency => ../../

@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/seed-a9d410c6/concurrency/internal/embedetcd"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/embedetcd"
 )
 
 // Idle holds and waits on one client: this package's watches share one

@@ -10,7 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/seed-a9d410c6/concurrency/internal/embedetcd"
+	"github.com/seed-a9d410c6/concurrency/internal/testkit/embedetcd"
 )
 
 // Both readings of the server's watcher gauge follow watches as a client

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	hc "github.com/seed-a9d410c6/concurrency/internal/historycheck"
+	hc "github.com/seed-a9d410c6/concurrency/internal/testkit/historycheck"
 )
 
 // Each check is shown to pass a correct history and to catch the
