@@ -13,7 +13,7 @@ import (
 // another is a rule: which older keys count against a key, how many of
 // them it may have and still hold, and which keys of the name forbid it.
 // acquire runs it top to bottom: the enqueue (enqueue.go), the judgement
-// of the key's place (judge.go), the wait (wait.go), then the grant here
+// of the key's place (judge.go), the wait (waitdeletes.go), then the grant here
 // (lock-delay in lockdelay.go, max hold in hold.go) and the tenure that
 // follows (hold.go).
 //

@@ -17,7 +17,7 @@ import (
 // election on the same name.
 //
 // An election is a lock whose key carries a value. Candidates queue exactly
-// as the holders of a Mutex do, with the same code (wait.go): the
+// as the holders of a Mutex do, with the same code (waitdeletes.go): the
 // key with the smallest create revision is the leader, and its value is
 // what the leader proclaims. Like a Mutex, the candidacy belongs to the
 // Session: two Elections on the same session and name share one key.
