@@ -8,7 +8,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// This file holds the options of NewSession.
+// This file holds the options of NewSession: the lease (WithTTL,
+// WithLease, WithContext), the holds (WithMaxHold, WithLockDelay) and the
+// observers (WithMetrics, WithTracerProvider). WithOwner, WithYield and
+// WithHealthCheck are still beside the records and checks they configure
+// (owner.go, yield.go, health.go).
 
 type sessionOptions struct {
 	ttl     int
@@ -93,4 +97,54 @@ func WithContext(ctx context.Context) SessionOption {
 // promise.
 func WithMaxHold(d time.Duration) SessionOption {
 	return func(o *sessionOptions) { o.maxHold = d }
+}
+
+// WithMetrics has the session, and every Mutex, Election, Semaphore and
+// RWMutex on it, report to r. A nil r is ignored (the default: no metrics,
+// and no call of any recorder). For Prometheus metrics, r is a
+// concurrencyprom.Metrics (module
+// github.com/seed-a9d410c6/concurrency/prometheus).
+func WithMetrics(r MetricsRecorder) SessionOption {
+	return func(o *sessionOptions) { o.metrics = r }
+}
+
+// WithTracerProvider has the session, and every lock on it, record spans
+// with tp: one per acquisition (concurrency.acquire), one per hold
+// (concurrency.hold) and one per release (concurrency.release); for Lead,
+// one per term (concurrency.lead.term). A nil tp is ignored (the default: no spans). The
+// global provider (otel.GetTracerProvider) is never used unless it is
+// passed here: a library should not emit spans its user did not ask for.
+func WithTracerProvider(tp trace.TracerProvider) SessionOption {
+	return func(o *sessionOptions) { o.tracerProvider = tp }
+}
+
+// WithLockDelay makes a Mutex on the session wait d before Lock returns
+// when the hold before it may have ended by loss rather than by release
+// (Consul's lock-delay, 15 s by default there; Chubby's lock-delay): the
+// protection for a resource that cannot check a fencing token, so that
+// the writes of a holder that lost its lock without knowing (a pause, a
+// partition) have time to end before the next holder begins. Releases of
+// such a Mutex (Unlock, Do) mark the name's record (see LockDelayPrefix)
+// in the same transaction as their delete, so the next holder is granted
+// at once after them. A hold before it that ended otherwise (its lease
+// expired or revoked, its key deleted by someone else, Session.Close
+// without Unlock) counts as a loss: the grant waits. A hold that records
+// nothing (etcd's package, `etcdctl lock`, a session without
+// WithLockDelay) is judged by its lease: a key deleted while its lease
+// lives counts as released (whether its holder or someone else deleted
+// it), one whose lease is gone as a loss. The wait begins when the grant is decided, not at the loss,
+// which nobody saw: it is at least d after it. While it waits, the key
+// holds in etcd, so nobody else is granted; ctx ending or the session
+// ending releases it, and Lock returns their error.
+//
+// It costs a read and a transaction per grant (the record is read before
+// it is written, so that it is written only with the delay it calls for,
+// see delayGrant), a lease grant per delay started, and one small key per
+// lock name that stays; a grant that queued behind a hold that recorded nothing
+// also reads the name at its key's creation revision and looks up the
+// lease of each key older than its own there. It applies to Mutex (Lock, TryLock, Do, LockAll); the other
+// primitives ignore it. The default, 0, is off; d < 0 makes NewSession
+// return an error matching ErrInvalidLockDelay.
+func WithLockDelay(d time.Duration) SessionOption {
+	return func(o *sessionOptions) { o.lockDelay = d }
 }
