@@ -2,10 +2,12 @@ package concurrency
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
 )
 
 // This file holds the options of NewSession: the lease (WithTTL,
@@ -27,6 +29,40 @@ type sessionOptions struct {
 	yield          bool                 // WithYield: holds end when RequestYield asks
 	lockDelay      time.Duration        // WithLockDelay; 0: none
 	health         *healthCheck         // WithHealthCheck; nil: none
+}
+
+// sessionOptionsFor checks NewSession's client and options, and returns
+// the options, with their defaults, and the owner record to write
+// (WithOwner; "" without). An invalid option gives its error (see each
+// option); a TTL that WithTTL ignored is logged through the client's
+// logger.
+func sessionOptionsFor(client *clientv3.Client, opts []SessionOption) (sessionOptions, string, error) {
+	if client == nil {
+		return sessionOptions{}, "", ErrNilClient
+	}
+	o := sessionOptions{ttl: defaultSessionTTL, ctx: client.Ctx()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxHold != 0 && o.maxHold < time.Second {
+		return o, "", fmt.Errorf("%w: WithMaxHold(%v)", ErrInvalidMaxHold, o.maxHold)
+	}
+	if o.lockDelay < 0 {
+		return o, "", fmt.Errorf("%w: WithLockDelay(%v)", ErrInvalidLockDelay, o.lockDelay)
+	}
+	if o.health != nil {
+		if err := o.health.valid(); err != nil {
+			return o, "", err
+		}
+	}
+	if o.badTTL {
+		client.GetLogger().Warn("concurrency: WithTTL(): TTL should be > 0, keeping the current TTL", zap.Int("ttl", o.ttl))
+	}
+	if o.owner == nil {
+		return o, "", nil
+	}
+	record, err := ownerRecord(*o.owner)
+	return o, record, err
 }
 
 // SessionOption configures a Session.
