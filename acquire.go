@@ -49,7 +49,12 @@ type acquireAttempt struct {
 
 	// Learned by the steps.
 	rev, mod int64 // the key's create and mod revisions, once queued
-	existed  bool  // the key existed before the read that granted it (waited, or adopted)
+	// next is what a key that waits waits for first, as read at revision
+	// seen: what the wait keeps of the enqueue (not its response header,
+	// which would stay on the heap as long as the wait).
+	next    target
+	seen    int64
+	existed bool // the key existed before the read that granted it (waited, or adopted)
 	// behind is the create revision of the newest key older than the key
 	// when it queued, for the lock-delay (0: none, the key held at once).
 	behind int64
@@ -101,24 +106,40 @@ func acquireKey(ctx context.Context, at *acquireAttempt) (*hold, *pb.ResponseHea
 	if err := s.use(ctx, at.key, true); err != nil {
 		return nil, nil, err
 	}
-	// The enqueue, and the judgement of the key's place.
+	// The enqueue, and the judgement of the key's place: a key that holds
+	// is granted at once; one that does not misses, or waits.
+	h, hdr, waits, err := at.queue(ctx)
+	if !waits {
+		return h, hdr, err
+	}
+	// The wait, and the grant.
+	return at.waitTurn(ctx)
+}
+
+// queue enqueues the key (see enqueue) and grants it if it holds. A key
+// that does not hold misses with ErrLocked without at.wait; with it,
+// queue reports waits, with what to wait for in at.next and at.seen. Its
+// frame is gone before the wait begins, so that the goroutine of a parked
+// waiter keeps none of it. On error, the key has been handed back to the
+// session.
+func (at *acquireAttempt) queue(ctx context.Context) (h *hold, hdr *pb.ResponseHeader, waits bool, err error) {
 	q, err := at.enqueue(ctx)
 	if err != nil {
-		return nil, nil, err // the key was handed back (see settle)
+		return nil, nil, false, err // the key was handed back (see settle)
 	}
 	if q.holds {
 		// An adopted key may have waiters behind it that watch it: tell
 		// them (see promote), as after a wait.
 		at.existed = q.adopted
-		return at.grant(ctx, q.hdr)
+		h, hdr, err := at.grant(ctx, q.hdr)
+		return h, hdr, false, err
 	}
 	if !at.wait {
-		settle(ctx, s, at.key, q, nil)
-		return nil, nil, ErrLocked
+		settle(ctx, at.s, at.key, q, nil)
+		return nil, nil, false, ErrLocked
 	}
-	// The wait keeps of the enqueue only what it uses: not its response
-	// header (q.hdr), which would stay on the heap as long as the wait.
-	return at.waitTurn(ctx, q.next, q.hdr.Revision)
+	at.next, at.seen = q.next, q.hdr.Revision
+	return nil, nil, true, nil
 }
 
 // enqueue takes the key's place in its queue (see settledEnqueue) and
@@ -165,20 +186,20 @@ func (at *acquireAttempt) adopt(ctx context.Context, q *queued) error {
 	return nil
 }
 
-// waitTurn waits until the queued key holds (see waitDeletes), next being
-// what to wait for first, as read at revision seen, and grants it. The
-// wait ends with ctx, or with the session's life. On error, the key has
-// been released.
-func (at *acquireAttempt) waitTurn(ctx context.Context, next target, seen int64) (*hold, *pb.ResponseHeader, error) {
+// waitTurn waits until the queued key holds (see waitDeletes), at.next
+// being what to wait for first, as read at revision at.seen, and grants
+// it. The wait ends with ctx, or with the session's life. On error, the
+// key has been released.
+func (at *acquireAttempt) waitTurn(ctx context.Context) (*hold, *pb.ResponseHeader, error) {
 	s := at.s
 	if at.waiter != nil {
 		at.waiter.waitingAt(at.key, at.rev)
 	}
 	at.obs.wait()
-	hdr, err := waitDeletes(ctx, s, at.r, at.key, at.rev, next, seen)
+	hdr, err := waitDeletes(ctx, s, at.r, at.key, at.rev, at.next, at.seen)
 	if err == nil {
-		at.existed, at.behind = true, next.create // the newest key older than this one when it queued
-		if next.key == "" {
+		at.existed, at.behind = true, at.next.create // the newest key older than this one when it queued
+		if at.next.key == "" {
 			at.behind = behindUnknown
 		}
 		h, hdr, err := at.grant(ctx, hdr)
@@ -245,7 +266,7 @@ func (at *acquireAttempt) grant(ctx context.Context, hdr *pb.ResponseHeader) (*h
 	return h, hdr, nil
 }
 
-// abandon gives up the hold h that granted could not complete with err:
+// abandon gives up the hold h that grant could not complete with err:
 // it releases h (which marks a lock-delay record it wrote, and revokes a
 // max hold's lease), or, if that fails, ends it and has the session
 // delete its key. It returns the error for the caller: ctx's, if ctx

@@ -156,7 +156,7 @@ func settle(ctx context.Context, s *Session, key string, q queued, err error) {
 //
 // Mutex.Lock and TryLock leave an adopted key's value as it is (etcd's
 // Mutex writes "", etcdlock a description of its holder); Campaign sets
-// it (see acquireKey), as etcd's does.
+// it (see acquireAttempt.adopt), as etcd's does.
 //
 // A lease that no longer exists gives an error matching ErrSessionExpired
 // and ErrLeaseNotFound, and ends the session's life.
