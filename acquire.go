@@ -28,9 +28,9 @@ import (
 
 // acquireAttempt is one acquisition, as every step of the pipeline takes it:
 // what the caller asked for, then what the steps learn of the key. The
-// caller's goroutine keeps it (on its stack) for the whole call: it holds
-// nothing of a step's responses, so that a parked waiter keeps no more
-// than the wait needs.
+// caller's goroutine keeps it (on its stack) for the whole call: of a
+// step's responses it keeps only what a later step uses, so that a parked
+// waiter keeps no more than the wait needs.
 type acquireAttempt struct {
 	s   *Session
 	r   rule   // the rule of the queue
@@ -149,6 +149,9 @@ func (at *acquireAttempt) queue(ctx context.Context) (h *hold, hdr *pb.ResponseH
 // before it is used (see adopt). It sets at.rev and at.mod. On error, the
 // key has been handed back to the session (see settle).
 func (at *acquireAttempt) enqueue(ctx context.Context) (queued, error) {
+	// settledEnqueue takes copies of the attempt's fields, not the
+	// attempt: its goroutine may outlive the call, and would move the
+	// attempt to the heap.
 	q, err := settledEnqueue(ctx, at.s, at.r, at.key, at.val)
 	if err != nil {
 		return q, err
