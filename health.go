@@ -24,30 +24,6 @@ type healthCheck struct {
 	check    func(ctx context.Context) error
 }
 
-// WithHealthCheck makes the session run check every interval, each call
-// with a context that ends after interval, and end after failures checks
-// in a row failed (Consul's session health checks): a check fails when it
-// returns an error, or has not returned when its context ends (then no
-// other call starts until it returns, and each interval it is still
-// running counts as one more failure). The session then ends, with a
-// cause matching ErrUnhealthy and ErrSessionExpired (Ctx, and the Ctx of
-// every hold on it: the metrics' cause "unhealthy"), and revokes its lease
-// (within 5 s; if etcd cannot be reached, the lease expires after its
-// TTL), so that every key of the session goes at once. A check that
-// succeeds resets the count.
-//
-// check runs in a goroutine of the session and should return once its
-// context ends: Close and Orphan wait for it, but for at most
-// healthCloseWait (1 s), since a check stuck for good is what the option
-// is for; one that ignores its context is left running in its goroutine,
-// which ends when it returns. The checks stop when the
-// session ends or is orphaned. An interval of zero or less, failures
-// below 1 or a nil check make NewSession return an error matching
-// ErrInvalidHealthCheck.
-func WithHealthCheck(interval time.Duration, failures int, check func(ctx context.Context) error) SessionOption {
-	return func(o *sessionOptions) { o.health = &healthCheck{interval: interval, failures: failures, check: check} }
-}
-
 // WithLeadHealthCheck gives the session of each of Lead's terms
 // WithHealthCheck: when the checks fail, the term ends (fn's context with
 // a cause matching ErrUnhealthy), the lease is revoked so that a follower

@@ -10,11 +10,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// This file holds the options of NewSession: the lease (WithTTL,
-// WithLease, WithContext), the holds (WithMaxHold, WithLockDelay) and the
-// observers (WithMetrics, WithTracerProvider). WithOwner, WithYield and
-// WithHealthCheck are still beside the records and checks they configure
-// (owner.go, yield.go, health.go).
+// This file holds the options of NewSession, all ten: the lease (WithTTL,
+// WithLease, WithContext), the holds (WithMaxHold, WithLockDelay), the
+// observers (WithMetrics, WithTracerProvider), the owner record
+// (WithOwner, see owner.go), yield requests (WithYield, see yield.go) and
+// health checks (WithHealthCheck, see health.go).
 
 type sessionOptions struct {
 	ttl     int
@@ -183,4 +183,64 @@ func WithTracerProvider(tp trace.TracerProvider) SessionOption {
 // return an error matching ErrInvalidLockDelay.
 func WithLockDelay(d time.Duration) SessionOption {
 	return func(o *sessionOptions) { o.lockDelay = d }
+}
+
+// WithOwner has NewSession record o as the owner of every key the session
+// writes (see OwnerPrefix): one put attached to the lease, in the same
+// call, after the lease is granted or adopted. Without it (the default), a
+// session writes nothing but its lock keys, as etcd's package does. The
+// keys themselves are unchanged: a Mutex key stays empty and interoperates
+// with etcd's package and etcdctl lock.
+//
+// The record only informs: if its put is refused (no permission on
+// OwnerPrefix), fails, or takes more than a third of the TTL (it never
+// delays the first renewal), the session goes on without it, Inspect shows
+// no owner for its keys, and NewSession logs a warning through the
+// client's logger. Only the end of NewSession's context during the put
+// fails NewSession, as during the grant; it then revokes the lease it
+// granted, or, on a lease adopted WithLease, deletes the record if it is
+// still the one it may have written. An Owner whose JSON is larger than 1
+// KiB gives an error matching ErrInvalidOwner before any round trip.
+// Sessions sharing a lease (WithLease) share one record: the last written
+// wins.
+func WithOwner(o Owner) SessionOption {
+	return func(so *sessionOptions) { so.owner = &o }
+}
+
+// WithYield makes every hold taken on the session (Mutex, Semaphore,
+// RWMutex, Campaign) let go when RequestYield asks it to: its Ctx is
+// cancelled with cause ErrYieldRequested, and the holder then releases it
+// as after a loss (Do does). The key stays until the holder releases it,
+// or its session ends; the release (Unlock, Resign, Release, Do) deletes
+// the request in the same transaction as the key. A request for a hold
+// that ended otherwise stays on its lease until the session ends. A hold
+// watches for requests only once its Ctx was
+// asked for, as it watches its key: one more watch per hold, on the same
+// stream. The default is off: requests are ignored.
+func WithYield() SessionOption {
+	return func(o *sessionOptions) { o.yield = true }
+}
+
+// WithHealthCheck makes the session run check every interval, each call
+// with a context that ends after interval, and end after failures checks
+// in a row failed (Consul's session health checks): a check fails when it
+// returns an error, or has not returned when its context ends (then no
+// other call starts until it returns, and each interval it is still
+// running counts as one more failure). The session then ends, with a
+// cause matching ErrUnhealthy and ErrSessionExpired (Ctx, and the Ctx of
+// every hold on it: the metrics' cause "unhealthy"), and revokes its lease
+// (within 5 s; if etcd cannot be reached, the lease expires after its
+// TTL), so that every key of the session goes at once. A check that
+// succeeds resets the count.
+//
+// check runs in a goroutine of the session and should return once its
+// context ends: Close and Orphan wait for it, but for at most
+// healthCloseWait (1 s), since a check stuck for good is what the option
+// is for; one that ignores its context is left running in its goroutine,
+// which ends when it returns. The checks stop when the
+// session ends or is orphaned. An interval of zero or less, failures
+// below 1 or a nil check make NewSession return an error matching
+// ErrInvalidHealthCheck.
+func WithHealthCheck(interval time.Duration, failures int, check func(ctx context.Context) error) SessionOption {
+	return func(o *sessionOptions) { o.health = &healthCheck{interval: interval, failures: failures, check: check} }
 }
