@@ -13,7 +13,7 @@ import (
 // another is a rule: which older keys count against a key, how many of
 // them it may have and still hold, and which keys of the name forbid it.
 // acquire runs it top to bottom: the enqueue (enqueue.go), the judgement
-// of the key's place (judge.go), the wait (wait.go), then the grant here
+// of the key's place (judge.go), the wait (waitdeletes.go), then the grant here
 // (lock-delay in lockdelay.go, max hold in hold.go) and the tenure that
 // follows (hold.go).
 //
@@ -26,11 +26,51 @@ import (
 //     and checks as a fresh one, and an enqueue whose caller gives up is
 //     settled in the background and its key deleted by revision.
 
-// acquire takes a place for key, with value val, in the queue of r (see
-// enqueue) and, if wait, waits until key holds (see waitDeletes). It
-// returns the hold, and the header of the read that showed the key hold.
-// waiting, if not nil, is called with the key's create revision when a
-// wait starts, and with 0 when it fails.
+// acquireAttempt is one acquisition, as every step of the pipeline takes it:
+// what the caller asked for, then what the steps learn of the key. The
+// caller's goroutine keeps it (on its stack) for the whole call: of a
+// step's responses it keeps only what a later step uses, so that a parked
+// waiter keeps no more than the wait needs.
+type acquireAttempt struct {
+	s   *Session
+	r   rule   // the rule of the queue
+	key string // the key to queue
+	val string // its value
+	// update: an adopted key's value is set to val (Campaign); without,
+	// it is kept (Lock, TryLock).
+	update bool
+	// wait: a key that does not hold waits for its turn; without, the
+	// attempt misses with ErrLocked.
+	wait bool
+	// waiter, if not nil, is told the key's create revision when a wait
+	// starts, and 0 when it fails.
+	waiter waiter
+	obs    *acquisition // the metrics and span of the acquisition; nil without
+
+	// Learned by the steps.
+	rev, mod int64 // the key's create and mod revisions, once queued
+	// next is what a key that waits waits for first, as read at revision
+	// seen: what the wait keeps of the enqueue (not its response header,
+	// which would stay on the heap as long as the wait).
+	next    target
+	seen    int64
+	existed bool // the key existed before the read that granted it (waited, or adopted)
+	// behind is the create revision of the newest key older than the key
+	// when it queued, for the lock-delay (0: none, the key held at once).
+	behind int64
+}
+
+// A waiter is told when its key begins to wait in the queue (rev, the
+// key's create revision) and when that wait fails (rev 0): a Mutex's
+// holder and an Election show the key meanwhile.
+type waiter interface {
+	waitingAt(key string, rev int64)
+}
+
+// acquire takes a place for at.key, with value at.val, in the queue of
+// at.r (see enqueue) and, if at.wait, waits until the key holds (see
+// waitDeletes). It returns the hold, and the header of the read that
+// showed the key hold.
 //
 // The wait ends with ctx.Err() when ctx ends, and with an error matching
 // ErrSessionExpired when the session ends or the key is found deleted; it
@@ -39,91 +79,135 @@ import (
 // error, the key has been released: deleted, within a bounded time, unless
 // another user of the session still uses it (see Session.unuse). A grant
 // is never returned once ctx or the session has ended.
-func acquire(ctx context.Context, s *Session, r rule, key, val string, update, wait bool, waiting func(rev int64)) (*hold, *pb.ResponseHeader, error) {
-	if s.ins == nil {
-		return acquireKey(ctx, s, r, key, val, update, wait, waiting, nil)
+func acquire(ctx context.Context, at *acquireAttempt) (*hold, *pb.ResponseHeader, error) {
+	if at.s.ins == nil {
+		return acquireKey(ctx, at)
 	}
-	ctx, a := s.ins.startAcquire(ctx, r.kind, lockName(r.pfx), key, wait)
-	h, hdr, err := acquireKey(ctx, s, r, key, val, update, wait, waiting, a)
+	ctx, at.obs = at.s.ins.startAcquire(ctx, at.r.kind, lockName(at.r.pfx), at.key, at.wait)
+	h, hdr, err := acquireKey(ctx, at)
 	if h == nil {
-		a.done(key, 0, err)
+		at.obs.done(at.key, 0, err)
 		return nil, nil, err
 	}
-	h.observe(a.done(key, h.rev, nil))
+	h.observe(at.obs.done(at.key, h.rev, nil))
 	return h, hdr, nil
 }
 
-// acquireKey is acquire, reporting to a (if not nil) where the key was
-// queued and when it begins to wait.
-func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update, wait bool, waiting func(rev int64), a *acquisition) (*hold, *pb.ResponseHeader, error) {
+// acquireKey is acquire, reporting to at.obs (if not nil) where the key
+// was queued and when it begins to wait: the pipeline, top to bottom.
+func acquireKey(ctx context.Context, at *acquireAttempt) (*hold, *pb.ResponseHeader, error) {
+	s := at.s
 	if s.life.Err() != nil {
 		return nil, nil, context.Cause(s.life)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err // write nothing: the enqueue would outlive ctx
 	}
-	if err := s.use(ctx, key, true); err != nil {
+	if err := s.use(ctx, at.key, true); err != nil {
 		return nil, nil, err
 	}
-	q, err := settledEnqueue(ctx, s, r, key, val)
+	// The enqueue, and the judgement of the key's place: a key that holds
+	// is granted at once; one that does not misses, or waits.
+	h, hdr, waits, err := at.queue(ctx)
+	if !waits {
+		return h, hdr, err
+	}
+	// The wait, and the grant.
+	return at.waitTurn(ctx)
+}
+
+// queue enqueues the key (see enqueue) and grants it if it holds. A key
+// that does not hold misses with ErrLocked without at.wait; with it,
+// queue reports waits, with what to wait for in at.next and at.seen. Its
+// frame is gone before the wait begins, so that the goroutine of a parked
+// waiter keeps none of it. On error, the key has been handed back to the
+// session.
+func (at *acquireAttempt) queue(ctx context.Context) (h *hold, hdr *pb.ResponseHeader, waits bool, err error) {
+	q, err := at.enqueue(ctx)
 	if err != nil {
-		return nil, nil, err // the key was handed back (see settle)
-	}
-	a.enqueued(q.rev, q.ahead)
-	if q.err != nil {
-		settle(ctx, s, key, q, nil)
-		return nil, nil, q.err
-	}
-	if q.adopted {
-		// The key was there already. With update (Campaign), its value is
-		// set with the caller's ctx, as etcd's Campaign proclaims, never by
-		// the enqueue, which may be applied after its caller has given up
-		// (it would overwrite the value of a later leadership of the key).
-		if update && q.val != val {
-			mod, err := putIfRev(ctx, s, key, q.rev, q.mod, val)
-			if err != nil {
-				settle(ctx, s, key, q, nil)
-				return nil, nil, err
-			}
-			q.mod = mod
-		}
-		// Judge it as a fresh one is judged, before it is used.
-		j, err := judge(ctx, s, r, key, q.rev)
-		if err != nil {
-			settle(ctx, s, key, q, nil)
-			return nil, nil, err
-		}
-		q.holds, q.next, q.hdr = j.holds, j.next, j.hdr
+		return nil, nil, false, err // the key was handed back (see settle)
 	}
 	if q.holds {
 		// An adopted key may have waiters behind it that watch it: tell
 		// them (see promote), as after a wait.
-		return granted(ctx, s, r, key, q.rev, q.mod, q.hdr, q.adopted, wait, 0)
+		at.existed = q.adopted
+		h, hdr, err := at.grant(ctx, q.hdr)
+		return h, hdr, false, err
 	}
-	if !wait {
-		settle(ctx, s, key, q, nil)
-		return nil, nil, ErrLocked
+	if !at.wait {
+		settle(ctx, at.s, at.key, q, nil)
+		return nil, nil, false, ErrLocked
 	}
+	at.next, at.seen = q.next, q.hdr.Revision
+	return nil, nil, true, nil
+}
 
-	// The wait keeps of the enqueue only what it uses: not its response
-	// header (q.hdr), which would stay on the heap as long as the wait.
-	rev, mod, next, seen := q.rev, q.mod, q.next, q.hdr.Revision
-
-	// The wait ends with ctx, or with the session's life (see
-	// waitDeletes).
-	if waiting != nil {
-		waiting(rev)
+// enqueue takes the key's place in its queue (see settledEnqueue) and
+// says whether it holds. A key found there already (adopted: left by an
+// earlier enqueue whose outcome was unknown, or shared by two values on
+// one session) is judged by the same read and checks as a fresh one,
+// before it is used (see adopt). It sets at.rev and at.mod. On error, the
+// key has been handed back to the session (see settle).
+func (at *acquireAttempt) enqueue(ctx context.Context) (queued, error) {
+	// settledEnqueue takes copies of the attempt's fields, not the
+	// attempt: its goroutine may outlive the call, and would move the
+	// attempt to the heap.
+	q, err := settledEnqueue(ctx, at.s, at.r, at.key, at.val)
+	if err != nil {
+		return q, err
 	}
-	a.wait()
-	hdr, err := waitDeletes(ctx, s, r, key, rev, next, seen)
-	if err == nil {
-		behind := next.create // the newest key older than this one when it queued
-		if next.key == "" {
-			behind = behindUnknown
+	at.obs.enqueued(q.rev, q.ahead)
+	if q.err == nil && q.adopted {
+		q.err = at.adopt(ctx, &q)
+	}
+	if q.err != nil {
+		settle(ctx, at.s, at.key, q, nil)
+		return q, q.err
+	}
+	at.rev, at.mod = q.rev, q.mod
+	return q, nil
+}
+
+// adopt readies a key that the enqueue q found there already: with
+// at.update (Campaign), it sets the key's value with the caller's ctx, as
+// etcd's Campaign proclaims, never by the enqueue, which may be applied
+// after its caller has given up (it would overwrite the value of a later
+// leadership of the key); then it judges the key as a fresh one is judged.
+func (at *acquireAttempt) adopt(ctx context.Context, q *queued) error {
+	if at.update && q.val != at.val {
+		mod, err := putIfRev(ctx, at.s, at.key, q.rev, q.mod, at.val)
+		if err != nil {
+			return err
 		}
-		h, hdr, err := granted(ctx, s, r, key, rev, mod, hdr, true, wait, behind)
-		if err != nil && waiting != nil {
-			waiting(0)
+		q.mod = mod
+	}
+	j, err := judge(ctx, at.s, at.r, at.key, q.rev)
+	if err != nil {
+		return err
+	}
+	q.holds, q.next, q.hdr = j.holds, j.next, j.hdr
+	return nil
+}
+
+// waitTurn waits until the queued key holds (see waitDeletes), at.next
+// being what to wait for first, as read at revision at.seen, and grants
+// it. The wait ends with ctx, or with the session's life. On error, the
+// key has been released.
+func (at *acquireAttempt) waitTurn(ctx context.Context) (*hold, *pb.ResponseHeader, error) {
+	s := at.s
+	if at.waiter != nil {
+		at.waiter.waitingAt(at.key, at.rev)
+	}
+	at.obs.wait()
+	hdr, err := waitDeletes(ctx, s, at.r, at.key, at.rev, at.next, at.seen)
+	if err == nil {
+		at.existed, at.behind = true, at.next.create // the newest key older than this one when it queued
+		if at.next.key == "" {
+			at.behind = behindUnknown
+		}
+		h, hdr, err := at.grant(ctx, hdr)
+		if err != nil && at.waiter != nil {
+			at.waiter.waitingAt(at.key, 0)
 		}
 		return h, hdr, err
 	}
@@ -132,44 +216,45 @@ func acquireKey(ctx context.Context, s *Session, r rule, key, val string, update
 	if werr := s.waitErr(ctx); werr != nil {
 		err = werr
 	}
-	if waiting != nil {
-		waiting(0)
+	if at.waiter != nil {
+		at.waiter.waitingAt(at.key, 0)
 	}
-	s.unuse(ctx, key, rev, deleteNow)
+	s.unuse(ctx, at.key, at.rev, deleteNow)
 	return nil, nil, err
 }
 
-// granted turns a read that showed key holding into a hold, unless ctx or
-// the session's life ended meanwhile (then the key is deleted and the
-// error returned): the session ends at its conservative deadline, before
-// the server can expire the lease, so a grant that finds the session alive
-// after its linearizable read has returned holds at that moment too. The
-// wait's own cancellation by the session's end comes a goroutine later;
-// this check does not wait for it. A Semaphore's hold whose key existed
-// before the read that granted it (waited, or adopted) tells the waiter
-// behind it (see promote), without delaying the grant. With a lock-delay
+// grant turns a read (whose header is hdr) that showed the key holding
+// into a hold, unless ctx or the session's life ended meanwhile (then the
+// key is deleted and the error returned): the session ends at its
+// conservative deadline, before the server can expire the lease, so a
+// grant that finds the session alive after its linearizable read has
+// returned holds at that moment too. The wait's own cancellation by the
+// session's end comes a goroutine later; this check does not wait for
+// it. A Semaphore's hold whose key existed before the read that granted
+// it (at.existed: waited, or adopted) tells the waiter behind it (see
+// promote), without delaying the grant. With a lock-delay
 // (WithLockDelay), a Mutex's grant may first wait for one (see
-// hold.delayGrant), or with !wait miss (ErrLocked); behind is the create
-// revision of the newest key older than key when it queued (0: none).
-// With a max hold (WithMaxHold), the key is then moved to a lease of its
-// own (see hold.bound), so that the max hold begins after the delay. If
-// either fails, the key is deleted and the error returned.
-func granted(ctx context.Context, s *Session, r rule, key string, rev, mod int64, hdr *pb.ResponseHeader, existed, wait bool, behind int64) (*hold, *pb.ResponseHeader, error) {
+// hold.delayGrant), or without at.wait miss (ErrLocked). With a max hold
+// (WithMaxHold), the key is then moved to a lease of its own (see
+// hold.bound), so that the max hold begins after the delay. If either
+// fails, the key is deleted and the error returned.
+func (at *acquireAttempt) grant(ctx context.Context, hdr *pb.ResponseHeader) (*hold, *pb.ResponseHeader, error) {
+	s, r := at.s, &at.r
 	err := ctx.Err()
 	if s.life.Err() != nil {
 		err = context.Cause(s.life)
 	}
 	if err != nil {
-		s.unuse(ctx, key, rev, deleteNow)
+		s.unuse(ctx, at.key, at.rev, deleteNow)
 		return nil, nil, err
 	}
-	h := newHold(s, key, rev, hdr.Revision)
-	h.mod, h.kind = mod, r.kind
+	h := newHold(s, at.key, at.rev, hdr.Revision)
+	h.mod, h.kind = at.mod, r.kind
 	// The lock-delay comes first: while it runs the key stays on the
 	// session's lease, so that a max hold shorter than the delay cannot
 	// remove it (and let a waiter of etcd's package in) within the delay.
 	if d := s.opts.lockDelay; d > 0 && r.kind == kindMutex {
-		if err := h.delayGrant(ctx, r.pfx, behind, d, wait); err != nil {
+		if err := h.delayGrant(ctx, r.pfx, at.behind, d, at.wait); err != nil {
 			return nil, nil, abandon(ctx, s, h, err)
 		}
 	}
@@ -178,13 +263,13 @@ func granted(ctx context.Context, s *Session, r rule, key string, rev, mod int64
 			return nil, nil, abandon(ctx, s, h, err)
 		}
 	}
-	if existed && (r.limit > 1 || r.weigh != nil) {
+	if at.existed && (r.limit > 1 || r.weigh != nil) {
 		h.promote()
 	}
 	return h, hdr, nil
 }
 
-// abandon gives up the hold h that granted could not complete with err:
+// abandon gives up the hold h that grant could not complete with err:
 // it releases h (which marks a lock-delay record it wrote, and revokes a
 // max hold's lease), or, if that fails, ends it and has the session
 // delete its key. It returns the error for the caller: ctx's, if ctx

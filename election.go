@@ -17,7 +17,7 @@ import (
 // election on the same name.
 //
 // An election is a lock whose key carries a value. Candidates queue exactly
-// as the holders of a Mutex do, with the same code (wait.go): the
+// as the holders of a Mutex do, with the same code (waitdeletes.go): the
 // key with the smallest create revision is the leader, and its value is
 // what the leader proclaims. Like a Mutex, the candidacy belongs to the
 // Session: two Elections on the same session and name share one key.
@@ -187,14 +187,7 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 
 	r := mutexRule(e.pfx)
 	r.kind = kindElection
-	h, hdr, err := acquire(ctx, e.s, r, e.key, val, true, true, func(rev int64) {
-		e.mu.Lock()
-		e.leaderKey, e.rev = e.key, rev
-		if rev == 0 {
-			e.leaderKey = ""
-		}
-		e.mu.Unlock()
-	})
+	h, hdr, err := acquire(ctx, &acquireAttempt{s: e.s, r: r, key: e.key, val: val, update: true, wait: true, waiter: e})
 	if err != nil {
 		return err
 	}
@@ -203,6 +196,17 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 	defer e.mu.Unlock()
 	e.leaderKey, e.rev, e.leader, e.hdr, e.hold, e.counted = e.key, h.rev, true, hdr, h, true
 	return nil
+}
+
+// waitingAt shows key, created at rev, as the candidacy's while it waits;
+// rev 0: the wait failed (see waiter).
+func (e *Election) waitingAt(key string, rev int64) {
+	e.mu.Lock()
+	e.leaderKey, e.rev = key, rev
+	if rev == 0 {
+		e.leaderKey = ""
+	}
+	e.mu.Unlock()
 }
 
 // Proclaim sets the leader's value to val without a new election. It takes

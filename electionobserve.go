@@ -67,59 +67,13 @@ func (e *Election) Observe(ctx context.Context) <-chan *clientv3.GetResponse {
 
 func (e *Election) observe(ctx context.Context, ch chan<- *clientv3.GetResponse) {
 	defer close(ch)
-	client := e.s.client
-	var last *mvccpb.KeyValue // the last value posted
-	post := func(hdr *pb.ResponseHeader, kv *mvccpb.KeyValue) bool {
-		if last != nil && string(last.Key) == string(kv.Key) && last.CreateRevision == kv.CreateRevision && last.ModRevision == kv.ModRevision {
-			return true // read again after a failure
-		}
-		select {
-		case ch <- &clientv3.GetResponse{Header: hdr, Kvs: []*mvccpb.KeyValue{kv}}:
-			last = kv
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
+	o := &observer{e: e, ctx: ctx, ch: ch}
 	for {
 		resp, err := e.s.get(ctx, e.pfx, clientv3.WithFirstCreate()...)
 		if err == nil {
-			rev := resp.Header.Revision
-			if len(resp.Kvs) == 0 {
-				// No leader: wait for the first candidate, then read which
-				// key leads (several may have come at once).
-				err = watchAfter(ctx, client, e.s.live(), e.pfx, rev, func(wr clientv3.WatchResponse) (bool, error) {
-					return len(wr.Events) > 0, nil
-				}, clientv3.WithPrefix(), clientv3.WithFilterDelete())
-			} else {
-				// The oldest key leads until it is deleted: no key created
-				// later can be older. Post its values until then.
-				kv := resp.Kvs[0]
-				if !post(resp.Header, kv) {
-					return
-				}
-				err = watchAfter(ctx, client, e.s.live(), string(kv.Key), rev, func(wr clientv3.WatchResponse) (bool, error) {
-					for _, ev := range wr.Events {
-						if ev.Kv.ModRevision <= rev {
-							// Already read (a watch on a member behind the
-							// read replays it): posting it would go back.
-							continue
-						}
-						if ev.Type == mvccpb.DELETE {
-							return true, nil
-						}
-						// The header of a read at the revision that wrote the
-						// value, not the watch response's, which may be later.
-						h := &pb.ResponseHeader{ClusterId: wr.Header.ClusterId, MemberId: wr.Header.MemberId, Revision: ev.Kv.ModRevision, RaftTerm: wr.Header.RaftTerm}
-						if !post(h, ev.Kv) {
-							return true, nil
-						}
-					}
-					return false, nil
-				})
-			}
+			err = o.follow(resp)
 		}
-		if ctx.Err() != nil || client.Ctx().Err() != nil {
+		if ctx.Err() != nil || e.s.client.Ctx().Err() != nil {
 			return
 		}
 		// After compaction the read is enough; after other failures, wait
@@ -127,5 +81,69 @@ func (e *Election) observe(ctx context.Context, ch chan<- *clientv3.GetResponse)
 		if err != nil && !errors.Is(err, rpctypes.ErrCompacted) && !sleepCtx(ctx, retryInterval) {
 			return
 		}
+	}
+}
+
+// observer is the goroutine of one Observe: where it posts, until when,
+// and what it posted last.
+type observer struct {
+	e    *Election
+	ctx  context.Context
+	ch   chan<- *clientv3.GetResponse
+	last *mvccpb.KeyValue // the last value posted
+}
+
+// follow posts the leader that a read found (resp), and
+// its values, until it is deleted; with no leader, it waits for the first
+// candidate, then returns for the caller to read which key leads (several
+// may have come at once). It returns nil once ctx has ended, and the
+// watch's error when it fails.
+func (o *observer) follow(resp *clientv3.GetResponse) error {
+	e, rev := o.e, resp.Header.Revision
+	if len(resp.Kvs) == 0 {
+		return watchAfter(o.ctx, e.s.client, e.s.live(), e.pfx, rev, func(wr clientv3.WatchResponse) (bool, error) {
+			return len(wr.Events) > 0, nil
+		}, clientv3.WithPrefix(), clientv3.WithFilterDelete())
+	}
+	// The oldest key leads until it is deleted: no key created later can
+	// be older. Post its values until then.
+	kv := resp.Kvs[0]
+	if !o.post(resp.Header, kv) {
+		return nil
+	}
+	return watchAfter(o.ctx, e.s.client, e.s.live(), string(kv.Key), rev, func(wr clientv3.WatchResponse) (bool, error) {
+		for _, ev := range wr.Events {
+			if ev.Kv.ModRevision <= rev {
+				// Already read (a watch on a member behind the read
+				// replays it): posting it would go back.
+				continue
+			}
+			if ev.Type == mvccpb.DELETE {
+				return true, nil
+			}
+			// The header of a read at the revision that wrote the value,
+			// not the watch response's, which may be later.
+			h := &pb.ResponseHeader{ClusterId: wr.Header.ClusterId, MemberId: wr.Header.MemberId, Revision: ev.Kv.ModRevision, RaftTerm: wr.Header.RaftTerm}
+			if !o.post(h, ev.Kv) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// post sends kv, read at hdr, on the channel, unless it is the value
+// posted last (read again after a failure). It reports false when ctx
+// ended first.
+func (o *observer) post(hdr *pb.ResponseHeader, kv *mvccpb.KeyValue) bool {
+	if last := o.last; last != nil && string(last.Key) == string(kv.Key) && last.CreateRevision == kv.CreateRevision && last.ModRevision == kv.ModRevision {
+		return true
+	}
+	select {
+	case o.ch <- &clientv3.GetResponse{Header: hdr, Kvs: []*mvccpb.KeyValue{kv}}:
+		o.last = kv
+		return true
+	case <-o.ctx.Done():
+		return false
 	}
 }

@@ -156,7 +156,7 @@ func settle(ctx context.Context, s *Session, key string, q queued, err error) {
 //
 // Mutex.Lock and TryLock leave an adopted key's value as it is (etcd's
 // Mutex writes "", etcdlock a description of its holder); Campaign sets
-// it (see acquireKey), as etcd's does.
+// it (see acquireAttempt.adopt), as etcd's does.
 //
 // A lease that no longer exists gives an error matching ErrSessionExpired
 // and ErrLeaseNotFound, and ends the session's life.
@@ -190,18 +190,26 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 	if err != nil {
 		return queued{}, err
 	}
+	return r.placed(key, val, resp), nil
+}
+
+// placed reads where the enqueue of key, with value val, by rule r left
+// the key, from its transaction's response: found there already
+// (adopted), refused by r's guard or check (err), or written at the end
+// of the queue, holding or waiting for what r.judge (or r.weigh) says.
+func (r rule) placed(key, val string, resp *clientv3.TxnResponse) queued {
 	q := queued{hdr: resp.Header, ahead: -1}
 	if !resp.Succeeded {
 		kv := resp.Responses[0].GetResponseRange().Kvs[0]
 		q.rev, q.mod, q.val, q.adopted = kv.CreateRevision, kv.ModRevision, string(kv.Value), true
-		return q, nil
+		return q
 	}
 	rs := resp.Responses
 	if r.guard != nil {
 		var ok bool
 		if ok, rs = unnest(rs); !ok {
 			q.err = r.refuse(rs)
-			return q, nil
+			return q
 		}
 	}
 	// Every key but this one is older: it was created last.
@@ -220,13 +228,13 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 		// The guard made the name's limit r.limit: limit+1 older keys
 		// are all that can count.
 		q.holds, q.next, _, q.err = r.weigh([]byte(val), older, len(older) > r.limit)
-		return q, nil
+		return q
 	}
 	q.holds, q.next = r.judge(older)
 	if r.check != nil {
 		q.err = r.check(older)
 	}
-	return q, nil
+	return q
 }
 
 // putIfRev sets the value of key, on the session's lease, if key still has

@@ -166,3 +166,9 @@ var (
 	// deleted: the keys stay until the lease expires.
 	ErrClientClosed = errors.New("concurrency: client closed")
 )
+
+// errLeaseLost is wrapped by the causes that say the lease is gone from the
+// server (revoked or expired), as opposed to a session that ended on its
+// own (deadline, Close): it tells lost_lease from session_expired, and from
+// lost_key_deleted when a hold's key was deleted with its lease.
+var errLeaseLost = errors.New("revoked or expired")

@@ -24,30 +24,6 @@ type healthCheck struct {
 	check    func(ctx context.Context) error
 }
 
-// WithHealthCheck makes the session run check every interval, each call
-// with a context that ends after interval, and end after failures checks
-// in a row failed (Consul's session health checks): a check fails when it
-// returns an error, or has not returned when its context ends (then no
-// other call starts until it returns, and each interval it is still
-// running counts as one more failure). The session then ends, with a
-// cause matching ErrUnhealthy and ErrSessionExpired (Ctx, and the Ctx of
-// every hold on it: the metrics' cause "unhealthy"), and revokes its lease
-// (within 5 s; if etcd cannot be reached, the lease expires after its
-// TTL), so that every key of the session goes at once. A check that
-// succeeds resets the count.
-//
-// check runs in a goroutine of the session and should return once its
-// context ends: Close and Orphan wait for it, but for at most
-// healthCloseWait (1 s), since a check stuck for good is what the option
-// is for; one that ignores its context is left running in its goroutine,
-// which ends when it returns. The checks stop when the
-// session ends or is orphaned. An interval of zero or less, failures
-// below 1 or a nil check make NewSession return an error matching
-// ErrInvalidHealthCheck.
-func WithHealthCheck(interval time.Duration, failures int, check func(ctx context.Context) error) SessionOption {
-	return func(o *sessionOptions) { o.health = &healthCheck{interval: interval, failures: failures, check: check} }
-}
-
 // WithLeadHealthCheck gives the session of each of Lead's terms
 // WithHealthCheck: when the checks fail, the term ends (fn's context with
 // a cause matching ErrUnhealthy), the lease is revoked so that a follower
@@ -84,16 +60,7 @@ func (s *Session) checkHealth(hc *healthCheck) {
 	tick := time.NewTicker(hc.interval)
 	defer tick.Stop()
 	var running chan error // the call in flight, if one outlived its context
-	defer func() {
-		if running != nil {
-			wait := time.NewTimer(healthCloseWait)
-			defer wait.Stop()
-			select {
-			case <-running:
-			case <-wait.C: // its goroutine ends when it returns (done is buffered)
-			}
-		}
-	}()
+	defer func() { awaitCheck(running) }()
 	failed := 0
 	var mod int64 // the health record's mod revision as last written; see recordHealth
 	for {
@@ -103,28 +70,7 @@ func (s *Session) checkHealth(hc *healthCheck) {
 		case <-tick.C:
 		}
 		var err error
-		if running != nil {
-			select {
-			case <-running: // returned since; counted when it ran late
-				running = nil
-			default:
-				err = fmt.Errorf("%w: the check has still not returned, %v after the last", context.DeadlineExceeded, hc.interval)
-			}
-		}
-		if running == nil {
-			ctx, cancel := context.WithTimeout(s.ctx, hc.interval)
-			done := make(chan error, 1)
-			go func() {
-				defer cancel()
-				done <- hc.check(ctx)
-			}()
-			select {
-			case err = <-done:
-			case <-ctx.Done():
-				running = done
-				err = fmt.Errorf("%w: the check has not returned within %v", context.DeadlineExceeded, hc.interval)
-			}
-		}
+		running, err = s.runCheck(hc, running)
 		if s.ctx.Err() != nil {
 			return
 		}
@@ -142,6 +88,47 @@ func (s *Session) checkHealth(hc *healthCheck) {
 		s.endLife(fmt.Errorf("%w: lease %x: %w: %d health checks in a row failed, the last: %w", ErrSessionExpired, int64(s.id), ErrUnhealthy, failed, err))
 		s.revoke(s.id)
 		return
+	}
+}
+
+// runCheck runs hc's check once, with a context that ends after the
+// interval, unless the call before (running, if not nil) has still not
+// returned: that counts as a failure. It returns the check's error, and
+// the call still in flight (nil if none).
+func (s *Session) runCheck(hc *healthCheck, running chan error) (chan error, error) {
+	if running != nil {
+		select {
+		case <-running: // returned since; counted when it ran late
+		default:
+			return running, fmt.Errorf("%w: the check has still not returned, %v after the last", context.DeadlineExceeded, hc.interval)
+		}
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, hc.interval)
+	done := make(chan error, 1)
+	go func() {
+		defer cancel()
+		done <- hc.check(ctx)
+	}()
+	select {
+	case err := <-done:
+		return nil, err
+	case <-ctx.Done():
+		return done, fmt.Errorf("%w: the check has not returned within %v", context.DeadlineExceeded, hc.interval)
+	}
+}
+
+// awaitCheck waits for a check still running (if not nil) when the
+// health goroutine ends, healthCloseWait at most: its goroutine ends when
+// it returns (its channel is buffered).
+func awaitCheck(running chan error) {
+	if running == nil {
+		return
+	}
+	wait := time.NewTimer(healthCloseWait)
+	defer wait.Stop()
+	select {
+	case <-running:
+	case <-wait.C:
 	}
 }
 

@@ -85,14 +85,7 @@ func (h *holder) lock(ctx context.Context, r rule, key, val string, wait bool, v
 		h.s.ins.missed(r.kind, lockName(r.pfx))
 		return ErrLocked
 	}
-	hd, hdr, err := acquire(ctx, h.s, r, key, val, false, wait, func(rev int64) {
-		h.mu.Lock()
-		h.key, h.rev = key, rev
-		if rev == 0 {
-			h.key = ""
-		}
-		h.mu.Unlock()
-	})
+	hd, hdr, err := acquire(ctx, &acquireAttempt{s: h.s, r: r, key: key, val: val, wait: wait, waiter: h})
 	if err != nil {
 		h.gate.leave()
 		return err
@@ -102,6 +95,17 @@ func (h *holder) lock(ctx context.Context, r rule, key, val string, wait bool, v
 	hd.hdr = hdr
 	h.key, h.rev, h.held, h.hold = key, hd.rev, true, hd
 	return nil
+}
+
+// waitingAt shows key, created at rev, as h's while it waits; rev 0: the
+// wait failed (see waiter).
+func (h *holder) waitingAt(key string, rev int64) {
+	h.mu.Lock()
+	h.key, h.rev = key, rev
+	if rev == 0 {
+		h.key = ""
+	}
+	h.mu.Unlock()
 }
 
 // unlock releases the key held (see hold.release): ErrLockReleased if none

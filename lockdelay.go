@@ -111,17 +111,34 @@ func (h *hold) markReleased() []clientv3.Op {
 // none, h held at once). On error the caller releases h, which marks the
 // record released if h wrote it: the delay key carries the delay on.
 func (h *hold) delayGrant(ctx context.Context, pfx string, behind int64, d time.Duration, wait bool) error {
+	delay, seen, err := h.recordGrant(ctx, pfx, behind, d)
+	if err != nil || delay == 0 {
+		return err
+	}
+	if !wait {
+		return fmt.Errorf("%w: the lock is in its lock-delay after a loss", ErrLocked)
+	}
+	return h.waitDelay(ctx, delayKey(pfx), delay, seen)
+}
+
+// recordGrant is delayGrant's read and write: it reads the lock-delay
+// record of the lock under pfx and its delay key, starts a delay of d if
+// the hold before h may have been lost and none runs, and writes h's
+// token into the record, while h's key holds. It returns the create
+// revision of the delay key that runs (0: none), and the revision at
+// which the write saw it.
+func (h *hold) recordGrant(ctx context.Context, pfx string, behind int64, d time.Duration) (delay, seen int64, err error) {
 	s, rec, dk := h.s, lockDelayKey(pfx), delayKey(pfx)
 	read, _, err := sessionAsk(ctx, s, classRead, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
 			Then(clientv3.OpGet(rec), clientv3.OpGet(dk)).Commit()
 	})
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	if !read.Succeeded {
 		s.check()
-		return fmt.Errorf("%w: key %q was deleted before its lock-delay was read", ErrSessionExpired, h.key)
+		return 0, 0, fmt.Errorf("%w: key %q was deleted before its lock-delay was read", ErrSessionExpired, h.key)
 	}
 	// Keys of holders that record nothing are judged by their leases (see
 	// lostBefore).
@@ -134,7 +151,7 @@ func (h *hold) delayGrant(ctx context.Context, pfx string, behind int64, d time.
 	if lost && len(read.Responses[1].GetResponseRange().Kvs) == 0 {
 		lease, err := s.grantFor(ctx, d)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		ops = append(ops, clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(dk), "=", 0)},
@@ -142,23 +159,26 @@ func (h *hold) delayGrant(ctx context.Context, pfx string, behind int64, d time.
 	}
 	resp, _, err := h.ifHeld(ctx, "its lock-delay was recorded", append(ops, clientv3.OpGet(dk))...)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	h.delayed = rec
-	seen := resp.Header.Revision
-	delay := resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs
-	if len(delay) == 0 {
-		return nil
+	if kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs; len(kvs) > 0 {
+		return kvs[0].CreateRevision, resp.Header.Revision, nil
 	}
-	if !wait {
-		return fmt.Errorf("%w: the lock is in its lock-delay after a loss", ErrLocked)
-	}
+	return 0, resp.Header.Revision, nil
+}
+
+// waitDelay waits for the delay key dk, created at create and seen at
+// revision seen, to go, until ctx or the session ends (their error is
+// returned), and then checks that h's key still holds.
+func (h *hold) waitDelay(ctx context.Context, dk string, create, seen int64) error {
+	s := h.s
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(s.life, func() { cancel(context.Cause(s.life)) })()
 	var b backoff
 	for {
-		err := waitDelete(wctx, s, target{key: dk, create: delay[0].CreateRevision}, seen, &b)
+		err := waitDelete(wctx, s, target{key: dk, create: create}, seen, &b)
 		switch {
 		case err == nil && wctx.Err() == nil:
 			// The key held all along, unless it was lost meanwhile.
@@ -243,35 +263,4 @@ func (h *hold) lostBefore(ctx context.Context, pfx string, after int64) bool {
 		}
 	}
 	return false
-}
-
-// WithLockDelay makes a Mutex on the session wait d before Lock returns
-// when the hold before it may have ended by loss rather than by release
-// (Consul's lock-delay, 15 s by default there; Chubby's lock-delay): the
-// protection for a resource that cannot check a fencing token, so that
-// the writes of a holder that lost its lock without knowing (a pause, a
-// partition) have time to end before the next holder begins. Releases of
-// such a Mutex (Unlock, Do) mark the name's record (see LockDelayPrefix)
-// in the same transaction as their delete, so the next holder is granted
-// at once after them. A hold before it that ended otherwise (its lease
-// expired or revoked, its key deleted by someone else, Session.Close
-// without Unlock) counts as a loss: the grant waits. A hold that records
-// nothing (etcd's package, `etcdctl lock`, a session without
-// WithLockDelay) is judged by its lease: a key deleted while its lease
-// lives counts as released (whether its holder or someone else deleted
-// it), one whose lease is gone as a loss. The wait begins when the grant is decided, not at the loss,
-// which nobody saw: it is at least d after it. While it waits, the key
-// holds in etcd, so nobody else is granted; ctx ending or the session
-// ending releases it, and Lock returns their error.
-//
-// It costs a read and a transaction per grant (the record is read before
-// it is written, so that it is written only with the delay it calls for,
-// see delayGrant), a lease grant per delay started, and one small key per
-// lock name that stays; a grant that queued behind a hold that recorded nothing
-// also reads the name at its key's creation revision and looks up the
-// lease of each key older than its own there. It applies to Mutex (Lock, TryLock, Do, LockAll); the other
-// primitives ignore it. The default, 0, is off; d < 0 makes NewSession
-// return an error matching ErrInvalidLockDelay.
-func WithLockDelay(d time.Duration) SessionOption {
-	return func(o *sessionOptions) { o.lockDelay = d }
 }

@@ -9,7 +9,8 @@ import (
 )
 
 // This file is the package's metrics: what it reports (MetricsRecorder),
-// how a session gets a recorder (WithMetrics, WithLeadMetrics), and the
+// how a session gets a recorder (WithMetrics, in sessionopts.go;
+// WithLeadMetrics), and the
 // hooks that the shared code calls: acquire (acquire.go) for acquisitions
 // and waits, hold (hold.go) for the end of a tenure, the keepalive loop
 // (session.go) for renewals. The Prometheus metrics are in the nested
@@ -39,12 +40,6 @@ const (
 	causeYielded    = "yielded"          // RequestYield asked, and the session opted in (WithYield)
 	causeUnhealthy  = "unhealthy"        // the session's health checks failed (WithHealthCheck)
 )
-
-// errLeaseLost is wrapped by the causes that say the lease is gone from the
-// server (revoked or expired), as opposed to a session that ended on its
-// own (deadline, Close): it tells lost_lease from session_expired, and from
-// lost_key_deleted when a hold's key was deleted with its lease.
-var errLeaseLost = errors.New("revoked or expired")
 
 // MetricsRecorder receives what the sessions, locks, elections and Leads
 // given it (WithMetrics, WithLeadMetrics) measure. This package imports no
@@ -143,25 +138,6 @@ type MetricsRecorder interface {
 	// conservative deadline passed without a renewal, from the session's
 	// keepalive goroutine, before the session's context ends.
 	DeadlineExpired()
-}
-
-// WithMetrics has the session, and every Mutex, Election, Semaphore and
-// RWMutex on it, report to r. A nil r is ignored (the default: no metrics,
-// and no call of any recorder). For Prometheus metrics, r is a
-// concurrencyprom.Metrics (module
-// github.com/seed-a9d410c6/concurrency/prometheus).
-func WithMetrics(r MetricsRecorder) SessionOption {
-	return func(o *sessionOptions) { o.metrics = r }
-}
-
-// WithTracerProvider has the session, and every lock on it, record spans
-// with tp: one per acquisition (concurrency.acquire), one per hold
-// (concurrency.hold) and one per release (concurrency.release); for Lead,
-// one per term (concurrency.lead.term). A nil tp is ignored (the default: no spans). The
-// global provider (otel.GetTracerProvider) is never used unless it is
-// passed here: a library should not emit spans its user did not ask for.
-func WithTracerProvider(tp trace.TracerProvider) SessionOption {
-	return func(o *sessionOptions) { o.tracerProvider = tp }
 }
 
 // WithLeadMetrics has the sessions of Lead report to r, as WithMetrics does:

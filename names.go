@@ -8,8 +8,7 @@ import (
 )
 
 // This file holds the layout of a lock name's keys, which every primitive
-// shares: a name's prefix, the key of a session's lease under it, and the
-// check of both.
+// shares: a name's prefix, and the key of a session's lease under it.
 
 // prefix turns a lock or election name into the prefix of its keys, as
 // etcd's package does: the name followed by "/", even if it ends in "/".
@@ -25,26 +24,5 @@ func prefixedKey(name string, id clientv3.LeaseID) (pfx, key string) {
 // leaseKey is the key that session lease id uses under prefix pfx.
 func leaseKey(pfx string, id clientv3.LeaseID) string { return fmt.Sprintf("%s%x", pfx, int64(id)) }
 
-// validate reports a Mutex or Election made with a nil session or an empty
-// name.
-func validate(s *Session, pfx string) error {
-	if s == nil {
-		return ErrNilSession
-	}
-	if pfx == "/" {
-		return ErrInvalidPrefix
-	}
-	return nil
-}
-
 // lockName is the name of the lock whose keys are under pfx.
 func lockName(pfx string) string { return strings.TrimSuffix(pfx, "/") }
-
-// created reports locks of kinds named by prefix pfx made on session s to
-// its metrics (MetricsRecorder.LockCreated), unless s or the name is
-// invalid.
-func created(s *Session, pfx string, kinds ...string) {
-	if validate(s, pfx) == nil {
-		s.ins.created(lockName(pfx), kinds...)
-	}
-}

@@ -56,28 +56,6 @@ const maxOwnerSize = 1024
 // key is.
 func ownerKey(id clientv3.LeaseID) string { return leaseKey(OwnerPrefix, id) }
 
-// WithOwner has NewSession record o as the owner of every key the session
-// writes (see OwnerPrefix): one put attached to the lease, in the same
-// call, after the lease is granted or adopted. Without it (the default), a
-// session writes nothing but its lock keys, as etcd's package does. The
-// keys themselves are unchanged: a Mutex key stays empty and interoperates
-// with etcd's package and etcdctl lock.
-//
-// The record only informs: if its put is refused (no permission on
-// OwnerPrefix), fails, or takes more than a third of the TTL (it never
-// delays the first renewal), the session goes on without it, Inspect shows
-// no owner for its keys, and NewSession logs a warning through the
-// client's logger. Only the end of NewSession's context during the put
-// fails NewSession, as during the grant; it then revokes the lease it
-// granted, or, on a lease adopted WithLease, deletes the record if it is
-// still the one it may have written. An Owner whose JSON is larger than 1
-// KiB gives an error matching ErrInvalidOwner before any round trip.
-// Sessions sharing a lease (WithLease) share one record: the last written
-// wins.
-func WithOwner(o Owner) SessionOption {
-	return func(so *sessionOptions) { so.owner = &o }
-}
-
 // WithLeadOwner has the session of each term of Lead record o, as
 // WithOwner does, so that Inspect shows who leads and who stands. An Owner
 // too large to record makes Lead return an error matching ErrInvalidOwner

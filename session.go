@@ -9,7 +9,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // This file holds the session: a lease, the goroutine that renews it and
@@ -87,77 +86,75 @@ type Session struct {
 // ended: Leader and Observe work on it, while Lock and Campaign return an
 // error matching ErrSessionExpired and ErrLeaseNotFound and write nothing.
 func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error) {
-	if client == nil {
-		return nil, ErrNilClient
+	o, record, err := sessionOptionsFor(client, opts)
+	if err != nil {
+		return nil, err
 	}
-	o := sessionOptions{ttl: defaultSessionTTL, ctx: client.Ctx()}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.maxHold != 0 && o.maxHold < time.Second {
-		return nil, fmt.Errorf("%w: WithMaxHold(%v)", ErrInvalidMaxHold, o.maxHold)
-	}
-	if o.lockDelay < 0 {
-		return nil, fmt.Errorf("%w: WithLockDelay(%v)", ErrInvalidLockDelay, o.lockDelay)
-	}
-	if o.health != nil {
-		if err := o.health.valid(); err != nil {
-			return nil, err
-		}
-	}
-	if o.badTTL {
-		client.GetLogger().Warn("concurrency: WithTTL(): TTL should be > 0, keeping the current TTL", zap.Int("ttl", o.ttl))
-	}
-
-	var record string
-	if o.owner != nil {
-		r, err := ownerRecord(*o.owner)
-		if err != nil {
-			return nil, err
-		}
-		record = r
-	}
-
-	id := o.leaseID
-	sent := time.Now()
-	var granted int64
-	var missing error
 	// Unlike etcd's (#19778), the first round trip never waits forever
 	// for a cluster that does not answer: it is asked as every request of
 	// a session is (see ask), and bounded by newSessionTimeout.
-	wait := livenessFor(time.Duration(o.ttl) * time.Second).wait
 	gctx, cancel := context.WithTimeoutCause(o.ctx, newSessionTimeout(o.ttl),
 		fmt.Errorf("%w: NewSession: etcd did not answer within %v", context.DeadlineExceeded, newSessionTimeout(o.ttl)))
 	defer cancel()
-	if id == clientv3.NoLease {
-		var err error
-		id, granted, err = grantLease(gctx, client, wait, int64(o.ttl))
-		if err != nil {
-			return nil, sessionStartErr(gctx, err)
-		}
-	} else {
-		// Renew the adopted lease once, to learn its TTL (and so the
-		// deadline) before anything is attached to it. A renewal applied
-		// twice or late only renews again.
-		resp, _, err := ask(gctx, client, wait, classRenew, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
-			return client.KeepAliveOnce(ctx, id)
-		})
-		err = sessionStartErr(gctx, err)
-		switch {
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			missing = fmt.Errorf("%w: lease %x: %w: %w", ErrSessionExpired, int64(id), ErrLeaseNotFound, err)
-		case err != nil:
-			return nil, err
-		default:
-			granted = resp.TTL
-		}
+	l, err := grantSession(gctx, client, o)
+	if err != nil {
+		return nil, err
 	}
+	return startSession(gctx, client, o, l, record)
+}
 
+// grantedLease is what NewSession's first round trip learned of the
+// session's lease.
+type grantedLease struct {
+	id      clientv3.LeaseID
+	ttl     time.Duration // as granted by the server; 0 for a missing lease
+	sent    time.Time     // when the round trip began: the deadline counts from it
+	missing error         // WithLease on a lease that does not exist: the session has ended
+}
+
+// grantSession is NewSession's first round trip, bounded by gctx: it
+// grants the session's lease, or renews the one given with WithLease once,
+// to learn its TTL (and so the deadline) before anything is attached to
+// it. A lease that does not exist is no error: it is reported in missing.
+func grantSession(gctx context.Context, client *clientv3.Client, o sessionOptions) (grantedLease, error) {
+	l := grantedLease{id: o.leaseID, sent: time.Now()}
+	wait := livenessFor(time.Duration(o.ttl) * time.Second).wait
+	if l.id == clientv3.NoLease {
+		id, granted, err := grantLease(gctx, client, wait, int64(o.ttl))
+		if err != nil {
+			return l, sessionStartErr(gctx, err)
+		}
+		l.id, l.ttl = id, time.Duration(granted)*time.Second
+		return l, nil
+	}
+	// A renewal applied twice or late only renews again.
+	resp, _, err := ask(gctx, client, wait, classRenew, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+		return client.KeepAliveOnce(ctx, l.id)
+	})
+	err = sessionStartErr(gctx, err)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		l.missing = fmt.Errorf("%w: lease %x: %w: %w", ErrSessionExpired, int64(l.id), ErrLeaseNotFound, err)
+	case err != nil:
+		return l, err
+	default:
+		l.ttl = time.Duration(resp.TTL) * time.Second
+	}
+	return l, nil
+}
+
+// startSession makes the session on lease l and starts it: its keepalive
+// goroutine, then its owner record (WithOwner, written within gctx), its
+// end with WithContext's context or the client, and its health checks
+// (WithHealthCheck). A session on a missing lease starts nothing: it has
+// ended. If the owner record cannot be written, the session ends, its
+// goroutine stops, and the error is returned.
+func startSession(gctx context.Context, client *clientv3.Client, o sessionOptions, l grantedLease, record string) (*Session, error) {
 	s := &Session{
 		client: client,
 		opts:   o,
-		id:     id,
-		ttl:    time.Duration(granted) * time.Second,
+		id:     l.id,
+		ttl:    l.ttl,
 		checkc: make(chan struct{}, 1),
 		sweepc: make(chan struct{}, 1),
 		ins:    newInstruments(o.metrics, o.tracerProvider),
@@ -168,9 +165,9 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	life, endLife := context.WithCancelCause(context.WithoutCancel(o.ctx))
 	s.life, s.endLife = life, endLife
 	s.ctx, s.cancel = context.WithCancelCause(s.life)
-	s.deadline = deadlineAfter(sent, s.ttl)
-	if missing != nil {
-		s.endLife(missing)
+	s.deadline = deadlineAfter(l.sent, s.ttl)
+	if l.missing != nil {
+		s.endLife(l.missing)
 		return s, nil
 	}
 	// The lease is renewed from here on, so that an owner record slow to

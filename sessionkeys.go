@@ -13,6 +13,29 @@ import (
 // Elections use, and the cleanup goroutine that deletes those left over
 // from failed or cancelled calls; and the writes the session guards by
 // revision, so that an attempt applied twice or late undoes nothing.
+// First, the check of a session and a lock name that every primitive's
+// constructor and calls make before they use a key.
+
+// validate reports a Mutex or Election made with a nil session or an empty
+// name.
+func validate(s *Session, pfx string) error {
+	if s == nil {
+		return ErrNilSession
+	}
+	if pfx == "/" {
+		return ErrInvalidPrefix
+	}
+	return nil
+}
+
+// created reports locks of kinds named by prefix pfx made on session s to
+// its metrics (MetricsRecorder.LockCreated), unless s or the name is
+// invalid.
+func created(s *Session, pfx string, kinds ...string) {
+	if validate(s, pfx) == nil {
+		s.ins.created(lockName(pfx), kinds...)
+	}
+}
 
 // keyState is what a session knows of one of its lock keys.
 type keyState struct {

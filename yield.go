@@ -172,20 +172,6 @@ func (h *hold) unasked() []clientv3.Op {
 		[]clientv3.Op{clientv3.OpDelete(yk)}, nil)}
 }
 
-// WithYield makes every hold taken on the session (Mutex, Semaphore,
-// RWMutex, Campaign) let go when RequestYield asks it to: its Ctx is
-// cancelled with cause ErrYieldRequested, and the holder then releases it
-// as after a loss (Do does). The key stays until the holder releases it,
-// or its session ends; the release (Unlock, Resign, Release, Do) deletes
-// the request in the same transaction as the key. A request for a hold
-// that ended otherwise stays on its lease until the session ends. A hold
-// watches for requests only once its Ctx was
-// asked for, as it watches its key: one more watch per hold, on the same
-// stream. The default is off: requests are ignored.
-func WithYield() SessionOption {
-	return func(o *sessionOptions) { o.yield = true }
-}
-
 // WithLeadYield makes Lead's leadership yield to RequestYield: the term's
 // context is cancelled with cause ErrYieldRequested, and once fn has
 // returned Lead closes the term's session (which deletes its key, so that

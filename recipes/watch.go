@@ -62,65 +62,24 @@ func waitEvents(ctx context.Context, c *clientv3.Client, key string, rev int64, 
 	if len(evs) == 0 {
 		return nil, nil
 	}
-	i := 0
+	w := eventWait{c: c, evs: evs, rev: rev}
 	backoff := 10 * time.Millisecond
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		wc, cancel, g, ok := openWatch(ctx, c, key, append([]clientv3.OpOption{clientv3.WithRev(rev)}, opts...)...)
+		wc, cancel, g, ok := openWatch(ctx, c, key, append([]clientv3.OpOption{clientv3.WithRev(w.rev)}, opts...)...)
 		if !ok {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 			continue // on a new stream
 		}
-		wctx := wc.ctx
-		var werr error
-		// A stream that says nothing for recheckInterval is asked for
-		// progress; if it says nothing for readTimeout more, it is taken
-		// for dead (a half-open connection) and the watch resumed anew.
-		quiet := time.NewTimer(recheckInterval)
-		asked := false
-	watch:
-		for {
-			select {
-			case wr, ok := <-wc.ch:
-				if !ok {
-					break watch
-				}
-				quiet.Reset(recheckInterval)
-				asked = false
-				if wr.CompactRevision != 0 {
-					werr = rpctypes.ErrCompacted
-					break watch
-				}
-				for _, ev := range wr.Events {
-					rev = ev.Kv.ModRevision + 1
-					if ev.Type == evs[i] {
-						if i++; i == len(evs) {
-							quiet.Stop()
-							cancel()
-							return ev, nil
-						}
-					}
-				}
-				if err := wr.Err(); err != nil {
-					werr = err
-					break watch
-				}
-			case <-quiet.C:
-				if asked {
-					streamGen.CompareAndSwap(g, g+1) // silent: watch on a new stream
-					break watch
-				}
-				asked = true
-				askProgress(wctx, c)
-				quiet.Reset(readTimeout)
-			}
-		}
-		quiet.Stop()
+		ev, werr := w.watch(wc, g)
 		cancel()
+		if ev != nil {
+			return ev, nil
+		}
 		if werr != nil && !errors.Is(werr, rpctypes.ErrNoLeader) {
 			// Compacted, or refused (permissions): retrying cannot help.
 			return nil, werr
@@ -137,6 +96,62 @@ func waitEvents(ctx context.Context, c *clientv3.Client, key string, rev int64, 
 		}
 		if backoff < time.Second {
 			backoff *= 2
+		}
+	}
+}
+
+// eventWait is what waitEvents keeps from one watch to the next: the
+// events awaited, how many of them have been seen, and the revision to
+// resume from.
+type eventWait struct {
+	c   *clientv3.Client
+	evs []mvccpb.Event_EventType
+	i   int   // evs[:i] have been seen, in order
+	rev int64 // the revision after the last event seen
+}
+
+// watch is one watch of waitEvents, on wc, opened on stream g: it returns
+// the last event once every event awaited has been seen, and otherwise
+// (nil, err) when the watch ends: err is rpctypes.ErrCompacted if the
+// revision to resume from was compacted, the watch's error if it failed,
+// and nil if it closed or its stream went silent. A stream that says
+// nothing for recheckInterval is asked for progress; if it says nothing
+// for readTimeout more, it is taken for dead (a half-open connection) and
+// moved on, so that the watch is resumed anew.
+func (w *eventWait) watch(wc recipeWatch, g int64) (*clientv3.Event, error) {
+	quiet := time.NewTimer(recheckInterval)
+	defer quiet.Stop()
+	asked := false
+	for {
+		select {
+		case wr, ok := <-wc.ch:
+			if !ok {
+				return nil, nil
+			}
+			quiet.Reset(recheckInterval)
+			asked = false
+			if wr.CompactRevision != 0 {
+				return nil, rpctypes.ErrCompacted
+			}
+			for _, ev := range wr.Events {
+				w.rev = ev.Kv.ModRevision + 1
+				if ev.Type == w.evs[w.i] {
+					if w.i++; w.i == len(w.evs) {
+						return ev, nil
+					}
+				}
+			}
+			if err := wr.Err(); err != nil {
+				return nil, err
+			}
+		case <-quiet.C:
+			if asked {
+				streamGen.CompareAndSwap(g, g+1) // silent: watch on a new stream
+				return nil, nil
+			}
+			asked = true
+			askProgress(wc.ctx, w.c)
+			quiet.Reset(readTimeout)
 		}
 	}
 }
@@ -233,27 +248,12 @@ func watchFrom(ctx context.Context, c *clientv3.Client, key string, seen int64, 
 	wc := w.ch
 	tick := time.NewTicker(recheckInterval)
 	defer tick.Stop()
-	reread := func() (bool, error) {
-		over, _, err := readOnce(ctx, c, read)
-		if err != nil {
-			if !retryable(ctx, c, err) {
-				return false, waitErr(ctx, c, err)
-			}
-			// The read found no answer (a dead connection?): watch
-			// anew, which may go to another endpoint.
-			return false, nil
-		}
-		if !over {
-			return false, errGoOn
-		}
-		return true, nil
-	}
 	for {
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
 		case <-tick.C:
-			if over, err := reread(); err != errGoOn {
+			if over, err := reread(ctx, c, read); err != errGoOn {
 				return over, err
 			}
 		case wr, ok := <-wc:
@@ -264,7 +264,7 @@ func watchFrom(ctx context.Context, c *clientv3.Client, key string, seen int64, 
 				return false, nil // the read tells what the watch cannot
 			}
 			if wr.Created && wr.Header.Revision > seen {
-				if over, err := reread(); err != errGoOn {
+				if over, err := reread(ctx, c, read); err != errGoOn {
 					return over, err
 				}
 			}
@@ -283,12 +283,24 @@ func watchFrom(ctx context.Context, c *clientv3.Client, key string, seen int64, 
 	}
 }
 
-// askProgress asks the watch stream of wctx for a progress notification,
-// bounded by readTimeout: the answer (or any event) shows that the stream
-// is alive. etcd answers only once every watch of the stream has reached
-// its start revision, so a watch from a revision not yet written goes
-// unanswered and is resumed anew every recheckInterval+readTimeout, which
-// costs one watch request.
+// reread is a read of watchFrom: it reports whether read found the wait
+// over, errGoOn if it did not, and (false, nil) if the read found no
+// answer (a dead connection?), so that watchFrom's caller watches anew,
+// which may go to another endpoint; or the error that waiting cannot fix.
+func reread(ctx context.Context, c *clientv3.Client, read probe) (bool, error) {
+	over, _, err := readOnce(ctx, c, read)
+	if err != nil {
+		if !retryable(ctx, c, err) {
+			return false, waitErr(ctx, c, err)
+		}
+		return false, nil
+	}
+	if !over {
+		return false, errGoOn
+	}
+	return true, nil
+}
+
 // streamGen numbers the gRPC stream that carries the recipes' watches
 // (clientv3 puts every watch whose context has the same metadata on one
 // stream, and keeps it, dead or not, while one of them lives): a watch
@@ -323,6 +335,12 @@ func openWatch(ctx context.Context, c *clientv3.Client, key string, opts ...clie
 	return recipeWatch{}, nil, g, false
 }
 
+// askProgress asks the watch stream of wctx for a progress notification,
+// bounded by readTimeout: the answer (or any event) shows that the stream
+// is alive. etcd answers only once every watch of the stream has reached
+// its start revision, so a watch from a revision not yet written goes
+// unanswered and is resumed anew every recheckInterval+readTimeout, which
+// costs one watch request.
 func askProgress(wctx context.Context, c *clientv3.Client) {
 	pctx, cancel := context.WithTimeout(wctx, readTimeout)
 	defer cancel()
