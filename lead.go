@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -17,16 +16,6 @@ import (
 // the caller's function, and the handover, in a loop; and its options.
 // What it reports is in leaderstatus.go, the watch of the leader in
 // leaderwatch.go.
-
-// Backoff between two campaigns after a failure or a lost leadership: it
-// starts at leadMinBackoff, doubles up to leadMaxBackoff, and is reset once
-// a leadership has lasted leadMaxBackoff. Each wait is drawn at random from
-// its upper half, so that candidates that lost together do not return
-// together.
-const (
-	leadMinBackoff = 100 * time.Millisecond
-	leadMaxBackoff = 5 * time.Second
-)
 
 // leaderFinalRead bounds how long the leader-change watcher catches up
 // after Lead has handed over, so that its last report shows the handover.
@@ -127,7 +116,9 @@ func Lead(ctx context.Context, cli *clientv3.Client, pfx, val string, fn func(ct
 	}
 
 	l := &leader{cli: cli, name: pfx, val: val, fn: fn, o: &o}
-	backoff := leadMinBackoff
+	// Between two campaigns after a failure or a lost leadership: reset
+	// once a leadership lasted retryMaxBackoff.
+	var backoff retryBackoff
 	for {
 		retry, lasted, err := l.term(ctx)
 		if !retry {
@@ -136,16 +127,13 @@ func Lead(ctx context.Context, cli *clientv3.Client, pfx, val string, fn func(ct
 		if cli.Ctx().Err() != nil { // the term ended with its session
 			return l.permanent(nil)
 		}
-		if lasted >= leadMaxBackoff {
-			backoff = leadMinBackoff
-		}
-		if !pause(ctx, cli, jittered(backoff)) {
+		backoff.resetAfter(lasted)
+		if !pause(ctx, cli, backoff.next()) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return l.permanent(nil)
 		}
-		backoff = min(2*backoff, leadMaxBackoff)
 	}
 }
 
@@ -216,23 +204,6 @@ func (l *leader) term(ctx context.Context) (retry bool, lasted time.Duration, er
 	default:
 		return false, lasted, join(fnErr, l.handOver(ctx, e, closeSession))
 	}
-}
-
-// join is errors.Join, but returns a single error unchanged, so that Lead
-// returns fn's error or ctx.Err() itself when nothing else went wrong.
-func join(errs ...error) error {
-	var one error
-	n := 0
-	for _, err := range errs {
-		if err != nil {
-			one = err
-			n++
-		}
-	}
-	if n <= 1 {
-		return one
-	}
-	return errors.Join(errs...)
 }
 
 // failed is term's result when no leadership was won: ctx's error if it
@@ -397,7 +368,3 @@ func WithLeaderChanges(fn func(LeaderInfo)) LeadOption {
 func WithStatus(st *LeaderStatus) LeadOption {
 	return func(o *leadOptions) { o.status = st }
 }
-
-// jittered is half to all of d, at random, so that candidates that failed
-// together do not retry together.
-func jittered(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }

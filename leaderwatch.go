@@ -25,11 +25,11 @@ import (
 // and ends it at once.
 func watchLeaders(ctx, fin context.Context, cli *clientv3.Client, l liveness, pfx string, notify func(LeaderInfo)) {
 	w := &leaderWatch{cli: cli, l: l, pfx: pfx, notify: notify, keys: make(map[string]LeaderInfo)}
-	backoff := leadMinBackoff
+	var backoff retryBackoff
 	for ctx.Err() == nil && cli.Ctx().Err() == nil {
 		rev, err := w.read(ctx)
 		if err == nil {
-			backoff = leadMinBackoff
+			backoff.reset()
 			if err = w.follow(ctx, fin, rev); err == nil {
 				return // caught up after fin
 			}
@@ -43,14 +43,13 @@ func watchLeaders(ctx, fin context.Context, cli *clientv3.Client, l liveness, pf
 		case errors.Is(err, rpctypes.ErrCompacted):
 			continue // reading again is enough
 		}
-		t := time.NewTimer(jittered(backoff))
+		t := time.NewTimer(backoff.next())
 		select {
 		case <-t.C:
 		case <-fin.Done():
 		case <-ctx.Done():
 		}
 		t.Stop()
-		backoff = min(2*backoff, leadMaxBackoff)
 	}
 }
 

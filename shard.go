@@ -179,7 +179,7 @@ func Shards(ctx context.Context, cli *clientv3.Client, group string, n int, fn f
 		return err
 	}
 	g := &shardMember{cli: cli, group: group, n: n, fn: fn, o: &o}
-	backoff := leadMinBackoff
+	var backoff retryBackoff
 	for {
 		since := time.Now()
 		retry, err := g.join(ctx)
@@ -189,16 +189,13 @@ func Shards(ctx context.Context, cli *clientv3.Client, group string, n int, fn f
 		if cli.Ctx().Err() != nil { // the membership ended with its session
 			return fmt.Errorf("concurrency: Shards: %w", clientClosed(cli))
 		}
-		if time.Since(since) >= leadMaxBackoff {
-			backoff = leadMinBackoff
-		}
-		if !pause(ctx, cli, jittered(backoff)) {
+		backoff.resetAfter(time.Since(since))
+		if !pause(ctx, cli, backoff.next()) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("concurrency: Shards: %w", clientClosed(cli))
 		}
-		backoff = min(2*backoff, leadMaxBackoff)
 	}
 }
 

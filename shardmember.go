@@ -224,12 +224,7 @@ func (m *membership) loop(ctx context.Context) error {
 		retryAt time.Time // after a failure: when to read again
 	)
 	defer func() { unwatch() }()
-	wait := leadMinBackoff // the next backoff after a failure
-	next := func() time.Duration {
-		d := jittered(wait)
-		wait = min(2*wait, leadMaxBackoff)
-		return d
-	}
+	var backoff retryBackoff // after a failure
 	tick := time.NewTicker(m.resyncEvery())
 	defer tick.Stop()
 	// The spans of unowned shards, from this view (WithShardMetrics).
@@ -251,11 +246,11 @@ func (m *membership) loop(ctx context.Context) error {
 				wch, unwatch = m.watch(ctx, v.rev+1)
 				view, dirty = v, true
 				unowned.reset(view.kvs, time.Now())
-				wait = leadMinBackoff
+				backoff.reset()
 			} else if err := m.fatal(ctx, err); err != nil {
 				return err
 			} else {
-				retryAt = time.Now().Add(next())
+				retryAt = time.Now().Add(backoff.next())
 			}
 		}
 		var gap <-chan time.Time
@@ -294,7 +289,7 @@ func (m *membership) loop(ctx context.Context) error {
 		case wr, ok := <-wch:
 			dirty = true
 			if !ok || !view.apply(wr, unowned) {
-				view, retryAt = nil, time.Now().Add(next())
+				view, retryAt = nil, time.Now().Add(backoff.next())
 				continue
 			}
 		drain:
@@ -302,7 +297,7 @@ func (m *membership) loop(ctx context.Context) error {
 				select {
 				case wr, ok := <-wch:
 					if !ok || !view.apply(wr, unowned) {
-						view, retryAt = nil, time.Now().Add(next())
+						view, retryAt = nil, time.Now().Add(backoff.next())
 						break drain
 					}
 				default:
