@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
 )
 
 // This file holds Lead, the leader runner: a campaign, a term that runs
@@ -125,14 +122,14 @@ func Lead(ctx context.Context, cli *clientv3.Client, pfx, val string, fn func(ct
 			return err
 		}
 		if cli.Ctx().Err() != nil { // the term ended with its session
-			return l.permanent(nil)
+			return termPermanent(l.cli, "Lead", nil)
 		}
 		backoff.resetAfter(lasted)
 		if !pause(ctx, cli, backoff.next()) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return l.permanent(nil)
+			return termPermanent(l.cli, "Lead", nil)
 		}
 	}
 }
@@ -151,7 +148,7 @@ type leader struct {
 // (0 if there was none); otherwise the error Lead returns (ctx ended, fn
 // returned as the leader, or an error that retrying cannot fix).
 func (l *leader) term(ctx context.Context) (retry bool, lasted time.Duration, err error) {
-	s, closeSession, err := l.newSession(ctx)
+	s, closeSession, err := startTermSession(ctx, l.cli, l.o.ttl, l.o.sessionOpts)
 	if err != nil {
 		return l.failed(ctx, err)
 	}
@@ -212,7 +209,7 @@ func (l *leader) failed(ctx context.Context, err error) (bool, time.Duration, er
 	if ctx.Err() != nil {
 		return false, 0, ctx.Err()
 	}
-	if perr := l.permanent(err); perr != nil {
+	if perr := termPermanent(l.cli, "Lead", err); perr != nil {
 		return false, 0, perr
 	}
 	return true, 0, nil
@@ -231,61 +228,6 @@ func (l *leader) handOver(ctx context.Context, e *Election, closeSession func() 
 	if rerr != nil && cerr != nil {
 		return fmt.Errorf("concurrency: Lead could neither resign nor revoke lease %x of %q; its key stays until the lease expires: %w",
 			int64(e.s.Lease()), e.Key(), errors.Join(rerr, cerr))
-	}
-	return nil
-}
-
-// newSession starts the session of a term. NewSession's round trip ends
-// when ctx does; the session itself lives until the returned function
-// closes it, which revokes the lease within cleanupTimeout and may be
-// called more than once.
-func (l *leader) newSession(ctx context.Context) (*Session, func() error, error) {
-	// The session carries ctx's values but ends only when closed.
-	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopOnCtx := context.AfterFunc(ctx, scancel)
-	s, err := NewSession(l.cli, append([]SessionOption{WithTTL(l.o.ttl), WithContext(sctx)}, l.o.sessionOpts...)...)
-	if !stopOnCtx() || err != nil {
-		if err == nil {
-			s.Orphan() // ctx ended as the lease was granted: revoke it
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			l.cli.Revoke(ctx, s.Lease())
-			cancel()
-		}
-		scancel()
-		if err == nil {
-			err = ctx.Err()
-		}
-		return nil, nil, err
-	}
-	var once sync.Once
-	var cerr error
-	closeSession := func() error {
-		once.Do(func() {
-			t := time.AfterFunc(cleanupTimeout, scancel)
-			cerr = s.Close()
-			t.Stop()
-			scancel()
-		})
-		return cerr
-	}
-	return s, closeSession, nil
-}
-
-// permanent returns err, wrapped, if retrying cannot fix it
-// (authentication, a closed client), and nil otherwise.
-func (l *leader) permanent(err error) error {
-	if l.cli.Ctx().Err() != nil {
-		if err == nil || !errors.Is(err, ErrClientClosed) {
-			err = errors.Join(clientClosed(l.cli), err)
-		}
-		return fmt.Errorf("concurrency: Lead: %w", err)
-	}
-	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserEmpty) ||
-		errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrInvalidAuthToken) {
-		return fmt.Errorf("concurrency: Lead: %w", err)
-	}
-	if c := grpcCode(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
-		return fmt.Errorf("concurrency: Lead: %w", err)
 	}
 	return nil
 }

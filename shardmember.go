@@ -59,12 +59,10 @@ type membership struct {
 // ctx ends, the session ends or fn fails. It returns retry true to join
 // again on a new session; otherwise the error Shards returns.
 func (g *shardMember) join(ctx context.Context) (retry bool, err error) {
-	// Lead's session handling, with the options of a member: every
-	// session of a member yields its shards when asked.
-	l := &leader{cli: g.cli, o: &leadOptions{ttl: g.o.ttl, sessionOpts: append(slices.Clip(g.o.sessionOpts), WithYield())}}
-	s, closeSession, err := l.newSession(ctx)
+	// Every session of a member yields its shards when asked.
+	s, closeSession, err := startTermSession(ctx, g.cli, g.o.ttl, append(slices.Clip(g.o.sessionOpts), WithYield()))
 	if err != nil {
-		return g.failed(ctx, l, err)
+		return g.failed(ctx, err)
 	}
 	defer closeSession()
 	m := &membership{shardMember: g, s: s, kick: make(chan struct{}, 1), runners: make(map[int]*shardRunner), asked: make(map[int]int64)}
@@ -73,7 +71,7 @@ func (g *shardMember) join(ctx context.Context) (retry bool, err error) {
 
 	if err := m.register(ctx); err != nil {
 		m.leave(ctx, nil)
-		return g.failed(ctx, l, err)
+		return g.failed(ctx, err)
 	}
 	loopErr := m.loop(ctx)
 	m.mu.Lock()
@@ -108,14 +106,14 @@ func (g *shardMember) join(ctx context.Context) (retry bool, err error) {
 
 // failed is join's result when no membership could be run: ctx's error if
 // it ended, the error if retrying cannot fix it, or retry.
-func (g *shardMember) failed(ctx context.Context, l *leader, err error) (bool, error) {
+func (g *shardMember) failed(ctx context.Context, err error) (bool, error) {
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
 	if errors.Is(err, ErrInvalidShardCount) {
 		return false, err
 	}
-	if perr := l.permanent(err); perr != nil {
+	if perr := g.permanent(err); perr != nil {
 		return false, perr
 	}
 	return true, nil
@@ -325,8 +323,13 @@ func (m *membership) fatal(ctx context.Context, err error) error {
 	if ctx.Err() != nil || m.s.Ctx().Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return nil
 	}
-	return (&leader{cli: m.cli}).permanent(err)
+	return m.permanent(err)
 }
+
+// permanent returns err, wrapped, if retrying cannot fix it. Its text
+// names Lead, as it has since Shards took Lead's session handling: the
+// move of that handling to termsession.go changed no error.
+func (g *shardMember) permanent(err error) error { return termPermanent(g.cli, "Lead", err) }
 
 // plan works out, from the group's keys, which shards this member should
 // own or wait for, and applies it: it starts a runner for each shard it
