@@ -48,17 +48,6 @@ func WithHealthCheck(interval time.Duration, failures int, check func(ctx contex
 	return func(o *sessionOptions) { o.health = &healthCheck{interval: interval, failures: failures, check: check} }
 }
 
-// WithLeadHealthCheck gives the session of each of Lead's terms
-// WithHealthCheck: when the checks fail, the term ends (fn's context with
-// a cause matching ErrUnhealthy), the lease is revoked so that a follower
-// is elected at once, and Lead campaigns again on a new session, whose
-// checks start afresh.
-func WithLeadHealthCheck(interval time.Duration, failures int, check func(ctx context.Context) error) LeadOption {
-	return func(o *leadOptions) {
-		o.sessionOpts = append(o.sessionOpts, WithHealthCheck(interval, failures, check))
-	}
-}
-
 // valid reports bad options of hc with ErrInvalidHealthCheck.
 func (hc *healthCheck) valid() error {
 	switch {

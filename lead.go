@@ -10,9 +10,9 @@ import (
 )
 
 // This file holds Lead, the leader runner: a campaign, a term that runs
-// the caller's function, and the handover, in a loop; and its options.
-// What it reports is in leaderstatus.go, the watch of the leader in
-// leaderwatch.go.
+// the caller's function, and the handover, in a loop. Its options are in
+// leadopts.go, what it reports in leaderstatus.go, the watch of the leader
+// in leaderwatch.go; the session of a term in termsession.go.
 
 // leaderFinalRead bounds how long the leader-change watcher catches up
 // after Lead has handed over, so that its last report shows the handover.
@@ -22,9 +22,9 @@ const leaderFinalRead = time.Second
 // elected, calls fn as the leader. It blocks until fn returns as the
 // leader, ctx ends, or an error that retrying cannot fix.
 //
-// Each term runs on a new Session (WithLeadTTL sets its TTL; default 60 s,
-// and why)
-// and a new Election on it. Once Campaign has won, fn is called with the
+// Each term runs on a new Session (WithLeadSession gives it options, and
+// WithTTL among them its TTL: default 60 s, and WithLeadSession says why) and a
+// new Election on it. Once Campaign has won, fn is called with the
 // Election, whose Rev is the term's fencing token and whose Txn writes only
 // while the term lasts, and with a context that is cancelled as soon as the
 // leadership ends or may have ended (the Election's Ctx: Resign, the key
@@ -81,13 +81,14 @@ func Lead(ctx context.Context, cli *clientv3.Client, pfx, val string, fn func(ct
 	case fn == nil:
 		return ErrNilFunc
 	}
-	o := leadOptions{ttl: defaultSessionTTL}
+	var o leadOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.err != nil {
 		return o.err
 	}
+	o.ttl = termOptions(o.session).ttl
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -148,7 +149,7 @@ type leader struct {
 // (0 if there was none); otherwise the error Lead returns (ctx ended, fn
 // returned as the leader, or an error that retrying cannot fix).
 func (l *leader) term(ctx context.Context) (retry bool, lasted time.Duration, err error) {
-	s, closeSession, err := startTermSession(ctx, l.cli, l.o.ttl, l.o.sessionOpts)
+	s, closeSession, err := startTermSession(ctx, l.cli, l.o.session)
 	if err != nil {
 		return l.failed(ctx, err)
 	}
@@ -230,83 +231,4 @@ func (l *leader) handOver(ctx context.Context, e *Election, closeSession func() 
 			int64(e.s.Lease()), e.Key(), errors.Join(rerr, cerr))
 	}
 	return nil
-}
-
-type leadOptions struct {
-	ttl      int
-	onChange func(LeaderInfo)
-	status   *LeaderStatus
-	err      error // the first invalid option
-	// sessionOpts are given to the session of each term: WithLeadMetrics,
-	// WithLeadTracerProvider, WithLeadOwner.
-	sessionOpts []SessionOption
-}
-
-// LeadOption configures Lead.
-type LeadOption func(*leadOptions)
-
-// WithLeadTTL sets the TTL in seconds of the session of each term (default
-// 60): how long a leadership outlives a leader that crashed without
-// resigning. A TTL of zero or less makes Lead return an error matching
-// ErrInvalidTTL.
-//
-// The default is kept at 60 s, etcd's session default, rather than
-// client-go's 15 s lease, because the TTL weighs two failures against each
-// other, and Lead already takes care of the common one. A Lead that
-// returns, or whose ctx ends (a rolling update, SIGTERM), resigns at once,
-// and the next candidate leads after one commit, whatever the TTL; only a
-// leader that dies without resigning (a crash, SIGKILL, a lost host) keeps
-// the others waiting for up to the TTL. The TTL is also how long a leader
-// keeps its term while it cannot renew its lease: its session's
-// conservative deadline is about one TTL after the last renewal sent, so a
-// shorter TTL turns shorter etcd trouble (a leader election, a member
-// restart, a slow disk, a long pause of this process) into a lost term, fn
-// cancelled and its work started again elsewhere. client-go's leases are
-// judged on the clocks of the candidates; etcd expires the lease itself,
-// so no margin for clock skew is needed here either way. A drop-in for
-// etcd's package also fails over as it did. Services that cannot wait a
-// minute after a leader's crash should pass WithLeadTTL(15), or less,
-// accepting that an etcd outage of that length ends the term.
-//
-// Lead takes no other SessionOption: each term needs a new lease (so not
-// WithLease), and Lead's own ctx, not the session's, says when to stop (so
-// not WithContext; the sessions carry ctx's values).
-func WithLeadTTL(ttl int) LeadOption {
-	return func(o *leadOptions) {
-		if ttl <= 0 && o.err == nil {
-			o.err = fmt.Errorf("%w: WithLeadTTL(%d)", ErrInvalidTTL, ttl)
-		}
-		o.ttl = ttl
-	}
-}
-
-// WithLeaderChanges has Lead call fn with the leader of the election each
-// time it changes, whoever leads: first with the leader when Lead starts,
-// then with each new leader or proclaimed value, and with the zero
-// LeaderInfo whenever the election has no leader (which etcd's Observe,
-// and Election.Observe, never report). A nil fn is ignored (the default).
-//
-// The calls come one at a time from a goroutine that Lead starts and waits
-// for before it returns, so that none comes after Lead returns; fn should
-// return quickly, as it delays the next report. After Lead has handed
-// over, the goroutine catches up with etcd's revision at that moment
-// (for at most 1 s) before it stops, so that the last report shows the
-// leader after Lead's resignation, or none. The goroutine reads
-// the election's keys once and then follows them with a watch, so it
-// reports each leader of each revision, in order, even one that lasted a
-// single revision. If watching fails (no leader, lost connection,
-// compaction), it reads the keys again, after a backoff of 100 ms doubling
-// to 5 s, for as long as Lead runs; a leader that came and went meanwhile
-// is not reported, but the latest always is.
-func WithLeaderChanges(fn func(LeaderInfo)) LeadOption {
-	return func(o *leadOptions) { o.onChange = fn }
-}
-
-// WithStatus has Lead record in st whether it is the leader, and since
-// when, and whether a term outlived its leadership, for a health endpoint
-// (LeaderStatus.Check, Handler) or a readiness gate (LeaderStatus.Wait).
-// st may be read from any goroutine; pass it to one Lead at a time. A nil
-// st is ignored (the default).
-func WithStatus(st *LeaderStatus) LeadOption {
-	return func(o *leadOptions) { o.status = st }
 }

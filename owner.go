@@ -78,19 +78,6 @@ func WithOwner(o Owner) SessionOption {
 	return func(so *sessionOptions) { so.owner = &o }
 }
 
-// WithLeadOwner has the session of each term of Lead record o, as
-// WithOwner does, so that Inspect shows who leads and who stands. An Owner
-// too large to record makes Lead return an error matching ErrInvalidOwner
-// at once.
-func WithLeadOwner(o Owner) LeadOption {
-	return func(lo *leadOptions) {
-		if _, err := ownerRecord(o); err != nil && lo.err == nil {
-			lo.err = fmt.Errorf("WithLeadOwner: %w", err)
-		}
-		lo.sessionOpts = append(lo.sessionOpts, WithOwner(o))
-	}
-}
-
 // ownerRecord is the value WithOwner writes for o.
 func ownerRecord(o Owner) (string, error) {
 	b, err := json.Marshal(o)

@@ -60,7 +60,7 @@ type membership struct {
 // again on a new session; otherwise the error Shards returns.
 func (g *shardMember) join(ctx context.Context) (retry bool, err error) {
 	// Every session of a member yields its shards when asked.
-	s, closeSession, err := startTermSession(ctx, g.cli, g.o.ttl, append(slices.Clip(g.o.sessionOpts), WithYield()))
+	s, closeSession, err := startTermSession(ctx, g.cli, append(slices.Clip(g.o.session), WithYield()))
 	if err != nil {
 		return g.failed(ctx, err)
 	}
@@ -225,7 +225,7 @@ func (m *membership) loop(ctx context.Context) error {
 	var backoff retryBackoff // after a failure
 	tick := time.NewTicker(m.resyncEvery())
 	defer tick.Stop()
-	// The spans of unowned shards, from this view (WithShardMetrics).
+	// The spans of unowned shards, from this view (WithShardSession(WithMetrics)).
 	unowned := newUnownedTracker(m.o.unowned, m.group, m.n)
 	defer func() { unowned.stop(time.Now()) }()
 	// Plans are spaced by at least minPlanGap, and by four times what the

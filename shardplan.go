@@ -235,7 +235,7 @@ type ShardMember struct {
 	Weight         int              // WithShardWeight, as the plan uses it (at most MaxShardWeight)
 	Share          int              // its fair share of the shards, as every member computes it
 	Owned          []int            // the shards it owns, in order
-	Owner          *Owner           // its owner record (WithShardOwner), or nil
+	Owner          *Owner           // its owner record (WithShardSession(WithOwner)), or nil
 }
 
 // ShardOwner is a shard of a group and its owner.
@@ -249,7 +249,7 @@ type ShardOwner struct {
 
 // InspectShards reads group, of n shards: its live members with their
 // weights, fair shares and owned shards, and each shard's owner, from one
-// linearizable read, then the members' owner records (WithShardOwner), one
+// linearizable read, then the members' owner records (WithShardSession(WithOwner)), one
 // round trip per 100 members. It is read-only and needs no session. It
 // blocks for these round trips, which ctx bounds: if ctx ends first it
 // returns an error matching ctx.Err(). A nil client gives ErrNilClient, an

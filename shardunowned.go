@@ -9,13 +9,14 @@ import (
 )
 
 // This file holds the measure of unowned shards: ShardMetricsRecorder, the
-// optional part of a MetricsRecorder that WithShardMetrics looks for, and
+// optional part of a MetricsRecorder that Shards looks for in its
+// sessions' (WithShardSession(WithMetrics(r))), and
 // the tracker by which a Shards member times, from its own view of the
 // group's keys, how long each shard goes without a member owning it.
 
 // ShardMetricsRecorder is implemented by a MetricsRecorder that also
 // records how long the shards of a Shards group go without an owner.
-// WithShardMetrics checks the recorder it is given for it (a type
+// Shards checks the recorder its sessions are given for it (a type
 // assertion): MetricsRecorder itself is unchanged, and a recorder without
 // these methods gets the lock metrics alone. concurrencyprom.Metrics
 // implements it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,16 +18,18 @@ import (
 // errors end the runner rather than a term. Lead and Shards both use it,
 // so that neither runner builds the other's state.
 
-// startTermSession starts the session of one term on cli, with a TTL of
-// ttl seconds and opts. NewSession's round trip ends when ctx does; the
-// session carries ctx's values but lives until the returned function
-// closes it, which revokes the lease within cleanupTimeout and may be
-// called more than once. If ctx ended as the lease was granted, the lease
-// is revoked (within cleanupTimeout) and ctx's error returned.
-func startTermSession(ctx context.Context, cli *clientv3.Client, ttl int, opts []SessionOption) (*Session, func() error, error) {
+// startTermSession starts the session of one term on cli with opts (the
+// runner's: WithTTL among them sets the TTL, default 60 s). WithContext
+// and WithLease among opts are overridden: the session carries ctx's
+// values but lives until the returned function closes it, on a lease of
+// its own. NewSession's round trip ends when ctx does; the returned
+// function revokes the lease within cleanupTimeout and may be called more
+// than once. If ctx ended as the lease was granted, the lease is revoked
+// (within cleanupTimeout) and ctx's error returned.
+func startTermSession(ctx context.Context, cli *clientv3.Client, opts []SessionOption) (*Session, func() error, error) {
 	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
 	stopOnCtx := context.AfterFunc(ctx, scancel)
-	s, err := NewSession(cli, append([]SessionOption{WithTTL(ttl), WithContext(sctx)}, opts...)...)
+	s, err := NewSession(cli, append(slices.Clip(opts), WithContext(sctx), WithLease(clientv3.NoLease))...)
 	if !stopOnCtx() || err != nil {
 		if err == nil {
 			s.Orphan() // ctx ended as the lease was granted: revoke it
@@ -70,6 +73,31 @@ func termPermanent(cli *clientv3.Client, who string, err error) error {
 	}
 	if c := grpcCode(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
 		return fmt.Errorf("concurrency: %s: %w", who, err)
+	}
+	return nil
+}
+
+// termOptions is what a runner reads of its sessions' options before the
+// first term: the TTL (for its watches' liveness and its reads' pace), the
+// metrics recorder, the owner.
+func termOptions(opts []SessionOption) sessionOptions {
+	o := sessionOptions{ttl: defaultSessionTTL}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// termOwnerErr is the error of an owner among opts that no session could
+// record, named by the option that gave it (nil: none, or a valid one),
+// so that a runner reports it at once rather than at each term.
+func termOwnerErr(option string, opts []SessionOption) error {
+	o := termOptions(opts)
+	if o.owner == nil {
+		return nil
+	}
+	if _, err := ownerRecord(*o.owner); err != nil {
+		return fmt.Errorf("%s: %w", option, err)
 	}
 	return nil
 }

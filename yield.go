@@ -47,7 +47,7 @@ const yieldAttempts = 3
 // per holder (see YieldPrefix), in one transaction that applies only if
 // every one of those holds is still the same (their keys' create
 // revisions), and returns the holders it asked. A hold whose session was
-// created WithYield (and Lead WithLeadYield) ends, with ErrYieldRequested
+// created WithYield (and Lead WithLeadSession(WithYield())) ends, with ErrYieldRequested
 // as the cause of its Ctx, within milliseconds once its Ctx has been
 // asked for; a hold without it, and the holders of etcd's package and
 // `etcdctl lock`, keep the lock: RequestYield cannot tell them apart, so
@@ -184,13 +184,4 @@ func (h *hold) unasked() []clientv3.Op {
 // stream. The default is off: requests are ignored.
 func WithYield() SessionOption {
 	return func(o *sessionOptions) { o.yield = true }
-}
-
-// WithLeadYield makes Lead's leadership yield to RequestYield: the term's
-// context is cancelled with cause ErrYieldRequested, and once fn has
-// returned Lead closes the term's session (which deletes its key, so that
-// the next candidate is elected) and campaigns again, behind the
-// candidates already waiting.
-func WithLeadYield() LeadOption {
-	return func(o *leadOptions) { o.sessionOpts = append(o.sessionOpts, WithYield()) }
 }
