@@ -203,34 +203,6 @@ func (s *Session) recordHealth(mod *int64, failed, limit int, err error) {
 	}
 }
 
-// readHealth sets QueueKey.Health for the keys of q whose session's checks
-// are failing, from one read of HealthPrefix; sessions[i] is the lease of
-// the session of q.Keys[i] (see sessionLease). A read that fails (without
-// permission) leaves them nil; its error is returned only if ctx ended.
-func readHealth(ctx context.Context, c *clientv3.Client, q *Queue, sessions []clientv3.LeaseID) error {
-	if len(q.Keys) == 0 {
-		return nil
-	}
-	resp, err := c.Get(ctx, HealthPrefix, clientv3.WithPrefix())
-	if err != nil {
-		if ctx.Err() != nil {
-			return err
-		}
-		return nil
-	}
-	byLease := make(map[clientv3.LeaseID]*Health, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		// Failures 0: the checks pass again (see recordHealth).
-		if id, h, ok := parseHealth(kv); ok && h.Failures > 0 {
-			byLease[id] = h
-		}
-	}
-	for i := range q.Keys {
-		q.Keys[i].Health = byLease[sessions[i]]
-	}
-	return nil
-}
-
 // parseHealth reads the health record kv: the lease of the session it
 // reports on and the record. ok is false for a record not as recordHealth
 // writes it (written by hand): a key other than healthKey of its own lease

@@ -2,6 +2,7 @@ package concurrency
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"regexp"
@@ -307,4 +308,69 @@ func keyKindOf(rest string) KeyKind {
 		return KindWriter
 	}
 	return KindOther
+}
+
+// readOwners returns the owner record of each lease in ids that has one.
+// Records are informative, so a failure to read them gives no owners (or
+// those read so far) rather than an error, unless ctx ended: a user
+// without permission to read OwnerPrefix, or a cluster whose
+// --max-txn-ops is below maxTxnOps, still gets the queue. Records it cannot
+// parse, or whose key is on another lease than its name says (written by
+// hand), are skipped.
+func readOwners(ctx context.Context, c *clientv3.Client, ids []clientv3.LeaseID) (map[clientv3.LeaseID]*Owner, error) {
+	owners := make(map[clientv3.LeaseID]*Owner)
+	for len(ids) > 0 {
+		n := min(len(ids), maxTxnOps)
+		ops := make([]clientv3.Op, n)
+		for i, id := range ids[:n] {
+			ops[i] = clientv3.OpGet(ownerKey(id))
+		}
+		resp, err := c.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			return owners, nil
+		}
+		for i, r := range resp.Responses {
+			kvs := r.GetResponseRange().GetKvs()
+			if len(kvs) == 0 || kvs[0].Lease != int64(ids[i]) {
+				continue
+			}
+			var o Owner
+			if json.Unmarshal(kvs[0].Value, &o) == nil {
+				owners[ids[i]] = &o
+			}
+		}
+		ids = ids[n:]
+	}
+	return owners, nil
+}
+
+// readHealth sets QueueKey.Health for the keys of q whose session's checks
+// are failing, from one read of HealthPrefix; sessions[i] is the lease of
+// the session of q.Keys[i] (see sessionLease). A read that fails (without
+// permission) leaves them nil; its error is returned only if ctx ended.
+func readHealth(ctx context.Context, c *clientv3.Client, q *Queue, sessions []clientv3.LeaseID) error {
+	if len(q.Keys) == 0 {
+		return nil
+	}
+	resp, err := c.Get(ctx, HealthPrefix, clientv3.WithPrefix())
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return nil
+	}
+	byLease := make(map[clientv3.LeaseID]*Health, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		// Failures 0: the checks pass again (see recordHealth).
+		if id, h, ok := parseHealth(kv); ok && h.Failures > 0 {
+			byLease[id] = h
+		}
+	}
+	for i := range q.Keys {
+		q.Keys[i].Health = byLease[sessions[i]]
+	}
+	return nil
 }
