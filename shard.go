@@ -13,12 +13,8 @@ import (
 // member owning its fair share by weight. A shard's safety is its Mutex's
 // (at most one holder per shard at any revision; the token is the hold's);
 // the rest only decides which member queues for which shard: the plan in
-// shardplan.go, the member at work in shardmember.go.
-//
-// Keys, under the group name g:
-//
-//	g/members/<lease hex>   a member, on its session's lease; value "shards=N weight=W"
-//	g/shard/<i>/<lease hex> the Mutex keys of shard i (a Mutex named g/shard/<i>)
+// shardplan.go, the member at work in shardmember.go, the group's keys
+// (their layout and their parse) in shardkeys.go.
 
 // Limits of a group, checked by Shards, InspectShards and WatchShards
 // (and WithShardWeight) before anything is read or written. They also bound

@@ -28,9 +28,6 @@ type shardMember struct {
 	o     *shardOptions
 }
 
-// shardName is the Mutex name of shard i of group.
-func shardName(group string, i int) string { return group + "/shard/" + strconv.Itoa(i) }
-
 // shardRunner is one shard that a membership waits for or owns: the
 // goroutine that locks it, runs fn and releases it.
 type shardRunner struct {
@@ -126,7 +123,7 @@ func (g *shardMember) failed(ctx context.Context, err error) (bool, error) {
 func (m *membership) register(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, m.s.live().wait*4)
 	defer cancel()
-	mp := m.group + "/members/"
+	mp := membersPrefix(m.group)
 	resp, err := m.s.get(rctx, mp, clientv3.WithPrefix())
 	if err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -75,26 +74,19 @@ func (sh *groupShard) waits(id clientv3.LeaseID) bool {
 // the oldest of several member keys on one lease.
 func readShardGroup(group string, n int, kvs []*mvccpb.KeyValue) *shardGroup {
 	v := &shardGroup{shards: make([]groupShard, n)}
-	mp, sp := group+"/members/", group+"/shard/"
 	for _, kv := range kvs {
-		k := string(kv.Key)
+		gk := parseGroupKey(group, n, kv)
 		switch {
-		case strings.HasPrefix(k, mp):
-			cnt, w, ok := parseMember(string(kv.Value))
-			switch {
-			case !ok || kv.Lease == 0:
-			case cnt == n:
-				v.members = append(v.members, groupMember{lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision, weight: w})
-			default:
-				if v.others == nil {
-					v.others = make(map[clientv3.LeaseID]int64)
-				}
-				v.others[clientv3.LeaseID(kv.Lease)] = kv.CreateRevision
+		case gk.member && !gk.live:
+		case gk.member && gk.count == n:
+			v.members = append(v.members, groupMember{lease: gk.lease, rev: gk.rev, weight: gk.weight})
+		case gk.member:
+			if v.others == nil {
+				v.others = make(map[clientv3.LeaseID]int64)
 			}
-		case strings.HasPrefix(k, sp):
-			if i, ok := shardOfKey(k[len(sp):], n); ok {
-				v.shards[i].keys = append(v.shards[i].keys, shardKey{key: k, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision})
-			}
+			v.others[gk.lease] = gk.rev
+		case gk.shard >= 0:
+			v.shards[gk.shard].keys = append(v.shards[gk.shard].keys, shardKey{key: string(kv.Key), lease: gk.lease, rev: gk.rev})
 		}
 	}
 	// Keys written in one transaction share a create revision: ties are
@@ -114,20 +106,6 @@ func readShardGroup(group string, n int, kvs []*mvccpb.KeyValue) *shardGroup {
 		slices.SortFunc(v.shards[i].keys, func(a, b shardKey) int { return cmp.Or(cmp.Compare(a.rev, b.rev), strings.Compare(a.key, b.key)) })
 	}
 	return v
-}
-
-// shardOfKey returns the shard number i of rest, the part of a key after
-// group/shard/, if it is i/<anything> with 0 <= i < n written plainly.
-func shardOfKey(rest string, n int) (int, bool) {
-	slash := strings.IndexByte(rest, '/')
-	if slash < 0 {
-		return 0, false
-	}
-	i, err := strconv.Atoi(rest[:slash])
-	if err != nil || i < 0 || i >= n || strconv.Itoa(i) != rest[:slash] {
-		return 0, false
-	}
-	return i, true
 }
 
 // member returns the index of lease id among the members.
