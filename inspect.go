@@ -156,8 +156,34 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 	if err != nil {
 		return nil, fmt.Errorf("concurrency: Inspect %q: %w", name, err)
 	}
+	q := queueOf(name, pfx, resp)
+	// Like the owner and health records, the lock-delay is read best
+	// effort: a read that fails (on a cluster with authentication, without
+	// permission on LockDelayPrefix) leaves it 0, unless ctx ended.
+	if d, err := lockDelayLeft(ctx, c, pfx); err == nil {
+		q.LockDelay = d
+	} else if ctx.Err() != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: lock-delay: %w", name, err)
+	}
+	sessions, err := readLeases(ctx, c, pfx, q)
+	if err != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: %w", name, err)
+	}
+	if err := readYields(ctx, c, pfx, q); err != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: yield requests: %w", name, err)
+	}
+	if err := readHealth(ctx, c, q, sessions); err != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: health records: %w", name, err)
+	}
+	return q, nil
+}
+
+// queueOf is the queue of the lock name name (prefix pfx) in resp, a read
+// of its keys in create-revision order: each key with its kind and value,
+// and whether it holds, judged as the primitives judge it (TTL -1 until
+// readLeases reads it).
+func queueOf(name, pfx string, resp *clientv3.GetResponse) *Queue {
 	q := &Queue{Name: name, Revision: resp.Header.Revision, Keys: make([]QueueKey, 0, len(resp.Kvs))}
-	ttls := make(map[clientv3.LeaseID]int64)
 	nonReaders := 0 // keys older than the current one that are not readers
 	weight := 0     // the weights of the keys older than the current one
 	for i, kv := range resp.Kvs {
@@ -186,30 +212,31 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 			nonReaders++
 		}
 		weight += min(max(k.Weight, 1), math.MaxInt-weight) // at most MaxInt
+		q.Keys = append(q.Keys, k)
+	}
+	return q
+}
+
+// readLeases sets the TTL of each key of q (one TimeToLive per lease) and
+// its owner record, and returns the lease of the session that wrote each
+// key, on which its owner and health records are: a max hold moved the key
+// off it (see sessionLease).
+func readLeases(ctx context.Context, c *clientv3.Client, pfx string, q *Queue) ([]clientv3.LeaseID, error) {
+	ttls := make(map[clientv3.LeaseID]int64)
+	for _, k := range q.Keys {
 		if k.Lease != clientv3.NoLease {
 			ttls[k.Lease] = -1
 		}
-		q.Keys = append(q.Keys, k)
-	}
-	// Like the owner and health records, the lock-delay is read best
-	// effort: a read that fails (on a cluster with authentication, without
-	// permission on LockDelayPrefix) leaves it 0, unless ctx ended.
-	if d, err := lockDelayLeft(ctx, c, pfx); err == nil {
-		q.LockDelay = d
-	} else if ctx.Err() != nil {
-		return nil, fmt.Errorf("concurrency: Inspect %q: lock-delay: %w", name, err)
 	}
 	ids := make([]clientv3.LeaseID, 0, len(ttls))
 	for id := range ttls {
 		resp, err := c.TimeToLive(ctx, id)
 		if err != nil {
-			return nil, fmt.Errorf("concurrency: Inspect %q: lease %x: %w", name, int64(id), err)
+			return nil, fmt.Errorf("lease %x: %w", int64(id), err)
 		}
 		ttls[id] = resp.TTL // etcd answers -1 for a lease it does not have
 		ids = append(ids, id)
 	}
-	// The owner and health records are on the lease of the session that
-	// wrote each key, which a max hold moved off (see sessionLease).
 	sessions := make([]clientv3.LeaseID, len(q.Keys))
 	for i := range q.Keys {
 		sessions[i] = sessionLease(pfx, &q.Keys[i])
@@ -219,7 +246,7 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 	}
 	owners, err := readOwners(ctx, c, ids)
 	if err != nil {
-		return nil, fmt.Errorf("concurrency: Inspect %q: owners: %w", name, err)
+		return nil, fmt.Errorf("owners: %w", err)
 	}
 	for i := range q.Keys {
 		k := &q.Keys[i]
@@ -228,13 +255,7 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 		}
 		k.Owner = owners[sessions[i]]
 	}
-	if err := readYields(ctx, c, pfx, q); err != nil {
-		return nil, fmt.Errorf("concurrency: Inspect %q: yield requests: %w", name, err)
-	}
-	if err := readHealth(ctx, c, q, sessions); err != nil {
-		return nil, fmt.Errorf("concurrency: Inspect %q: health records: %w", name, err)
-	}
-	return q, nil
+	return sessions, nil
 }
 
 // readYields sets YieldRequested on the keys of q that a yield request
