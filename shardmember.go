@@ -208,65 +208,28 @@ func (v *groupView) apply(wr clientv3.WatchResponse, t *unownedTracker) bool {
 
 // loop plans and applies until ctx ends, the session ends or a fn failed.
 // It reads the group's keys once and keeps them from a watch, and plans
-// again after events, changes of runners and reads (spaced, see below):
+// again after events, changes of runners and reads (spaced, see planDue):
 // every resyncEvery, it reads again and opens a new watch; after a failed
 // read or watch, it retries after a backoff.
 func (m *membership) loop(ctx context.Context) error {
-	var (
-		view    *groupView // nil: read again
-		wch     clientv3.WatchChan
-		unwatch = func() {}
-		retryAt time.Time // after a failure: when to read again
-	)
-	defer func() { unwatch() }()
-	var backoff retryBackoff // after a failure
+	f := &groupFollow{unwatch: func() {}, dirty: true}
+	defer func() { f.unwatch() }()
 	tick := time.NewTicker(m.resyncEvery())
 	defer tick.Stop()
 	// The spans of unowned shards, from this view (WithShardSession(WithMetrics)).
-	unowned := newUnownedTracker(m.o.unowned, m.group, m.n)
-	defer func() { unowned.stop(time.Now()) }()
-	// Plans are spaced by at least minPlanGap, and by four times what the
-	// last one took, so that a storm of events (many members starting
-	// together, each queueing) costs a plan per gap, not one per event
-	// batch: the events that arrive meanwhile are applied to the view,
-	// and the next plan sees them all.
-	dirty := true
-	var nextPlan time.Time
+	f.unowned = newUnownedTracker(m.o.unowned, m.group, m.n)
+	defer func() { f.unowned.stop(time.Now()) }()
 	for {
-		if view == nil && !time.Now().Before(retryAt) {
-			unwatch()
-			wch = nil
-			v, err := m.sync(ctx)
-			if err == nil {
-				wch, unwatch = m.watch(ctx, v.rev+1)
-				view, dirty = v, true
-				unowned.reset(view.kvs, time.Now())
-				backoff.reset()
-			} else if err := m.fatal(ctx, err); err != nil {
-				return err
-			} else {
-				retryAt = time.Now().Add(backoff.next())
-			}
+		if err := m.resync(ctx, f); err != nil {
+			return err
 		}
-		var gap <-chan time.Time
-		if view != nil && dirty {
-			if d := time.Until(nextPlan); d > 0 {
-				gap = time.After(d)
-			} else {
-				start := time.Now()
-				err := m.plan(ctx, view)
-				nextPlan = time.Now().Add(max(minPlanGap, 4*time.Since(start)))
-				dirty = false
-				if err != nil {
-					if err := m.fatal(ctx, err); err != nil {
-						return err
-					}
-				}
-			}
+		gap, err := m.planDue(ctx, f)
+		if err != nil {
+			return err
 		}
 		var retry <-chan time.Time
-		if view == nil {
-			retry = time.After(time.Until(retryAt))
+		if f.view == nil {
+			retry = time.After(time.Until(f.retryAt))
 		}
 		select {
 		case <-ctx.Done():
@@ -278,27 +241,92 @@ func (m *membership) loop(ctx context.Context) error {
 		case <-retry:
 		case <-gap:
 		case <-m.kick:
-			dirty = true
+			f.dirty = true
 		case <-tick.C:
-			view = nil
-		case wr, ok := <-wch:
-			dirty = true
-			if !ok || !view.apply(wr, unowned) {
-				view, retryAt = nil, time.Now().Add(backoff.next())
-				continue
-			}
-		drain:
-			for {
-				select {
-				case wr, ok := <-wch:
-					if !ok || !view.apply(wr, unowned) {
-						view, retryAt = nil, time.Now().Add(backoff.next())
-						break drain
-					}
-				default:
-					break drain
-				}
-			}
+			f.view = nil
+		case wr, ok := <-f.wch:
+			f.events(wr, ok)
+		}
+	}
+}
+
+// groupFollow is the state of a membership's loop: its view of the group,
+// the watch that keeps it, and when to read or plan again.
+type groupFollow struct {
+	view    *groupView // nil: read again
+	wch     clientv3.WatchChan
+	unwatch func()
+	retryAt time.Time    // after a failure: when to read again
+	backoff retryBackoff // after a failure
+	unowned *unownedTracker
+
+	dirty    bool      // the view or the runners changed since the last plan
+	nextPlan time.Time // the earliest time of the next plan
+}
+
+// resync reads the group's keys into a new view, with a new watch from
+// the read's revision, if the view is gone and the retry time has come.
+// It returns an error only if retrying cannot fix it.
+func (m *membership) resync(ctx context.Context, f *groupFollow) error {
+	if f.view != nil || time.Now().Before(f.retryAt) {
+		return nil
+	}
+	f.unwatch()
+	f.wch = nil
+	v, err := m.sync(ctx)
+	if err != nil {
+		if err := m.fatal(ctx, err); err != nil {
+			return err
+		}
+		f.retryAt = time.Now().Add(f.backoff.next())
+		return nil
+	}
+	f.wch, f.unwatch = m.watch(ctx, v.rev+1)
+	f.view, f.dirty = v, true
+	f.unowned.reset(v.kvs, time.Now())
+	f.backoff.reset()
+	return nil
+}
+
+// planDue plans from the view if it changed and the gap after the last
+// plan has passed; while the gap lasts, it returns a channel that fires
+// at its end. Plans are spaced by at least minPlanGap, and by four times
+// what the last one took, so that a storm of events (many members
+// starting together, each queueing) costs a plan per gap, not one per
+// event batch: the events that arrive meanwhile are applied to the view,
+// and the next plan sees them all. It returns an error only if retrying
+// cannot fix it.
+func (m *membership) planDue(ctx context.Context, f *groupFollow) (<-chan time.Time, error) {
+	if f.view == nil || !f.dirty {
+		return nil, nil
+	}
+	if d := time.Until(f.nextPlan); d > 0 {
+		return time.After(d), nil
+	}
+	start := time.Now()
+	err := m.plan(ctx, f.view)
+	f.nextPlan = time.Now().Add(max(minPlanGap, 4*time.Since(start)))
+	f.dirty = false
+	if err != nil {
+		return nil, m.fatal(ctx, err)
+	}
+	return nil, nil
+}
+
+// events applies a watch response (ok false: the watch channel closed),
+// and those already waiting behind it, to the view; after a failed watch,
+// it drops the view, to be read again after a backoff.
+func (f *groupFollow) events(wr clientv3.WatchResponse, ok bool) {
+	f.dirty = true
+	for {
+		if !ok || !f.view.apply(wr, f.unowned) {
+			f.view, f.retryAt = nil, time.Now().Add(f.backoff.next())
+			return
+		}
+		select {
+		case wr, ok = <-f.wch:
+		default:
+			return
 		}
 	}
 }
@@ -359,8 +387,23 @@ func (m *membership) plan(ctx context.Context, gv *groupView) error {
 	for _, i := range take {
 		want[i] = true
 	}
+	m.startRunners(take, want)
+	if err := m.askYields(rctx, v, take); err != nil {
+		return err
+	}
+	for i, rev := range m.asked {
+		if !want[i] || v.shards[i].holderRev() != rev {
+			delete(m.asked, i)
+		}
+	}
+	return nil
+}
 
+// startRunners drops the waits for shards not in want, and starts a
+// runner for each shard of take that has none.
+func (m *membership) startRunners(take []int, want map[int]bool) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	for id, r := range m.runners {
 		if !r.held && !want[id] {
 			r.cancelWait()
@@ -374,12 +417,14 @@ func (m *membership) plan(ctx context.Context, gv *groupView) error {
 			go m.run(wctx, r)
 		}
 	}
-	m.mu.Unlock()
+}
 
-	// Ask the owners of the shards given to us to hand them over, once our
-	// key waits behind theirs, so that the shard comes to us: one request
-	// per hold, each applied only while that hold is current, up to
-	// maxTxnOps of them in one transaction.
+// askYields asks the owners of the shards of take to hand them over, once
+// this member's key waits behind theirs, so that the shard comes to it:
+// one request per hold, each applied only while that hold is current, up
+// to maxTxnOps of them in one transaction; never twice for one hold.
+func (m *membership) askYields(ctx context.Context, v *shardGroup, take []int) error {
+	me := m.s.Lease()
 	var ops []clientv3.Op
 	var asking []int
 	for _, i := range take {
@@ -401,18 +446,13 @@ func (m *membership) plan(ctx context.Context, gv *groupView) error {
 	}
 	for len(ops) > 0 {
 		k := min(len(ops), maxTxnOps)
-		if _, err := m.cli.Txn(rctx).Then(ops[:k]...).Commit(); err != nil {
+		if _, err := m.cli.Txn(ctx).Then(ops[:k]...).Commit(); err != nil {
 			return err
 		}
 		for _, i := range asking[:k] {
 			m.asked[i] = v.shards[i].holderRev()
 		}
 		ops, asking = ops[k:], asking[k:]
-	}
-	for i, rev := range m.asked {
-		if !want[i] || v.shards[i].holderRev() != rev {
-			delete(m.asked, i)
-		}
 	}
 	return nil
 }
@@ -451,17 +491,28 @@ func (m *membership) run(wctx context.Context, r *shardRunner) {
 	r.held = true
 	m.mu.Unlock()
 
-	hctx := mu.Ctx()
-	sh := Shard{id: r.id, token: mu.Token(), m: mu}
-	st := m.o.status
-	st.begin(r.id, m.s, sh.token)
-	defer st.clear(r.id)
+	// fn's context ends after the release, as the runner returns.
 	fctx, cancel := context.WithCancelCause(m.mctx)
 	defer cancel(nil)
+	m.tenure(fctx, cancel, r.id, mu)
+	release()
+}
+
+// tenure runs fn for shard id with fctx while mu, its Mutex, holds it:
+// until fn returns, then, if fn returned nil while the shard is still
+// owned, until the hold or the membership ends. The end of the hold
+// cancels fctx (cancel) with its cause. An error of fn while the shard is
+// owned ends the membership (fnErr).
+func (m *membership) tenure(fctx context.Context, cancel context.CancelCauseFunc, id int, mu *Mutex) {
+	hctx := mu.Ctx()
+	sh := Shard{id: id, token: mu.Token(), m: mu}
+	st := m.o.status
+	st.begin(id, m.s, sh.token)
+	defer st.clear(id)
 	lostc := make(chan struct{})
 	stop := context.AfterFunc(hctx, func() {
 		defer close(lostc)
-		st.lost(r.id, time.Now())
+		st.lost(id, time.Now())
 		cancel(context.Cause(hctx))
 	})
 	err := m.fn(fctx, sh)
@@ -480,14 +531,13 @@ func (m *membership) run(wctx context.Context, r *shardRunner) {
 		m.mend(err)
 	default:
 		// Done for this tenure: keep the shard until it goes.
-		st.idle(r.id)
+		st.idle(id)
 		select {
 		case <-hctx.Done():
 		case <-m.mctx.Done():
 		}
 	}
-	st.clear(r.id)
-	release()
+	st.clear(id)
 }
 
 // leave ends the membership: it deletes the member key, so that nobody
