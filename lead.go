@@ -94,23 +94,7 @@ func Lead(ctx context.Context, cli *clientv3.Client, pfx, val string, fn func(ct
 	}
 
 	if o.onChange != nil {
-		// The watcher outlives ctx until the handover is done, and then
-		// catches up, within leaderFinalRead, so that its last report shows
-		// the handover.
-		fin, finish := context.WithCancel(context.Background())
-		wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			watchLeaders(wctx, fin, cli, livenessFor(time.Duration(o.ttl)*time.Second), prefix(pfx), o.onChange)
-		}()
-		defer func() {
-			finish()
-			t := time.AfterFunc(leaderFinalRead, stop)
-			<-done
-			t.Stop()
-			stop()
-		}()
+		defer reportLeaders(ctx, cli, pfx, &o)()
 	}
 
 	l := &leader{cli: cli, name: pfx, val: val, fn: fn, o: &o}
@@ -132,6 +116,27 @@ func Lead(ctx context.Context, cli *clientv3.Client, pfx, val string, fn func(ct
 			}
 			return termPermanent(l.cli, "Lead", nil)
 		}
+	}
+}
+
+// reportLeaders starts the goroutine of WithLeaderChanges, and returns the
+// function that ends it once Lead has handed over: the watcher outlives
+// ctx until then, and then catches up, within leaderFinalRead, so that its
+// last report shows the handover.
+func reportLeaders(ctx context.Context, cli *clientv3.Client, pfx string, o *leadOptions) (stop func()) {
+	fin, finish := context.WithCancel(context.Background())
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchLeaders(wctx, fin, cli, livenessFor(time.Duration(o.ttl)*time.Second), prefix(pfx), o.onChange)
+	}()
+	return func() {
+		finish()
+		t := time.AfterFunc(leaderFinalRead, cancel)
+		<-done
+		t.Stop()
+		cancel()
 	}
 }
 
