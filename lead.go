@@ -23,8 +23,8 @@ const leaderFinalRead = time.Second
 // leader, ctx ends, or an error that retrying cannot fix.
 //
 // Each term runs on a new Session (WithLeadSession gives it options, and
-// WithTTL among them its TTL: default 60 s, and WithLeadSession says why) and a
-// new Election on it. Once Campaign has won, fn is called with the
+// WithTTL among them its TTL: default 60 s, and WithLeadSession says why)
+// and a new Election on it. Once Campaign has won, fn is called with the
 // Election, whose Rev is the term's fencing token and whose Txn writes only
 // while the term lasts, and with a context that is cancelled as soon as the
 // leadership ends or may have ended (the Election's Ctx: Resign, the key
