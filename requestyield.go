@@ -23,9 +23,9 @@ const yieldAttempts = 3
 // per holder (see YieldPrefix), in one transaction that applies only if
 // every one of those holds is still the same (their keys' create
 // revisions), and returns the holders it asked. A hold whose session was
-// created WithYield (and Lead WithLeadSession(WithYield())) ends, with ErrYieldRequested
-// as the cause of its Ctx, within milliseconds once its Ctx has been
-// asked for; a hold without it, and the holders of etcd's package and
+// created WithYield (and Lead's, WithLeadSession(WithYield())) ends,
+// with ErrYieldRequested as the cause of its Ctx, within milliseconds once
+// its Ctx has been asked for; a hold without it, and the holders of etcd's package and
 // `etcdctl lock`, keep the lock: RequestYield cannot tell them apart, so
 // its result says whom it asked, not who will yield. After a Semaphore's
 // limit shrank, holders beyond the new limit, which Inspect shows as
