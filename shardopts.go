@@ -90,8 +90,7 @@ func WithShardWeight(w int) ShardOption {
 // any session (each shard is a Mutex on it). WithLease and WithContext are
 // overridden: each session needs a new lease, and Shards' own ctx, not the
 // session's, says when to stop (the sessions carry ctx's values).
-// WithYield is always given: a member hands
-// its shards over when asked.
+// WithYield is always given: a member hands its shards over when asked.
 func WithShardSession(opts ...SessionOption) ShardOption {
 	return withShardSession("WithShardSession", opts)
 }
