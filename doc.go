@@ -278,7 +278,7 @@
 // holder's key, whose value is the hold's token, attached to the holder's
 // own lease, in one transaction that applies only while those holds are
 // current. A hold whose session opted in (WithYield; Lead with
-// WithLeadYield) watches that key once its Ctx is asked for, with the
+// WithLeadSession(WithYield())) watches that key once its Ctx is asked for, with the
 // same liveness checks as every other watch (see above), and its Ctx
 // ends with cause ErrYieldRequested; the holder then releases as after a
 // loss (Do does, and Lead closes the term's session and campaigns again,
@@ -309,8 +309,9 @@
 // The cause of the session's Ctx and of its holds' matches ErrUnhealthy
 // and ErrSessionExpired (metrics: cause "unhealthy"); while checks fail
 // short of the limit, a record beside the lease (HealthPrefix) lets
-// Inspect show it (QueueKey.Health). Lead takes it as WithLeadHealthCheck
-// and campaigns again on a new session.
+// Inspect show it (QueueKey.Health). Lead takes it as
+// WithLeadSession(WithHealthCheck(...)) and campaigns again on a new
+// session.
 //
 // What it cannot promise:
 //
@@ -360,8 +361,8 @@
 //     session ends (lease expired, revoked, failed health checks) joins
 //     again on a new one, so a group stays served across etcd trouble
 //     without the caller's help. Its options mirror Lead's
-//     (WithShardTTL, WithShardHealthCheck, WithShardOwner,
-//     WithShardStatus, WithShardMetrics) plus WithShardWeight.
+//     (WithShardSession, with any SessionOption for its sessions;
+//     WithShardStatus) plus WithShardWeight.
 //   - Operators and bystanders read a group without joining it:
 //     InspectShards (members, weights, shares, owners), WatchShards (the
 //     same after each change), `etcdlock shards --list`; each shard is an
@@ -405,11 +406,11 @@
 // group.initial.rebalance.delay.ms); lockbench's rebalance group counts
 // those moves.
 //
-// Time unowned, for operators: a member given WithShardMetrics with a
-// recorder that implements ShardMetricsRecorder (concurrencyprom's does)
-// times each span in which it sees a shard without a member owner (its
-// queue empty, or its holder's member key gone), from its own view of the
-// group's keys, each end stamped when its watch or read shows it: late by
+// Time unowned, for operators: a member given WithMetrics (through
+// WithShardSession) with a recorder that implements ShardMetricsRecorder
+// (concurrencyprom's does) times each span in which it sees a shard
+// without a member owner (its queue empty, or its holder's member key
+// gone), from its own view of the group's keys, each end stamped when its watch or read shows it: late by
 // the watch's delivery and at most one plan in progress, or by the backoff
 // after a failed watch. A crashed owner's shards count as owned until etcd
 // expires its lease, and a handover by yield as owned throughout (the

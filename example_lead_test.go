@@ -40,7 +40,7 @@ func ExampleLead() {
 				<-ctx.Done() // serve until told to stop
 				return ctx.Err()
 			},
-			concurrency.WithLeadTTL(10),
+			concurrency.WithLeadSession(concurrency.WithTTL(10)),
 			concurrency.WithStatus(&st),
 			concurrency.WithLeaderChanges(func(li concurrency.LeaderInfo) { reports = append(reports, li) }))
 	}()

@@ -41,7 +41,7 @@ func ExampleShards() {
 		done := make(chan error, 1)
 		go func() {
 			done <- concurrency.Shards(ctx, cli, "/example/shards", 8, work,
-				concurrency.WithShardTTL(10), concurrency.WithShardStatus(st))
+				concurrency.WithShardSession(concurrency.WithTTL(10)), concurrency.WithShardStatus(st))
 		}()
 		return done
 	}

@@ -24,17 +24,6 @@ type healthCheck struct {
 	check    func(ctx context.Context) error
 }
 
-// WithLeadHealthCheck gives the session of each of Lead's terms
-// WithHealthCheck: when the checks fail, the term ends (fn's context with
-// a cause matching ErrUnhealthy), the lease is revoked so that a follower
-// is elected at once, and Lead campaigns again on a new session, whose
-// checks start afresh.
-func WithLeadHealthCheck(interval time.Duration, failures int, check func(ctx context.Context) error) LeadOption {
-	return func(o *leadOptions) {
-		o.sessionOpts = append(o.sessionOpts, WithHealthCheck(interval, failures, check))
-	}
-}
-
 // valid reports bad options of hc with ErrInvalidHealthCheck.
 func (hc *healthCheck) valid() error {
 	switch {
@@ -199,34 +188,6 @@ func (s *Session) recordHealth(mod *int64, failed, limit int, err error) {
 		}
 		*mod = -1 // written since by an attempt of an earlier write: read it, and write again
 	}
-}
-
-// readHealth sets QueueKey.Health for the keys of q whose session's checks
-// are failing, from one read of HealthPrefix; sessions[i] is the lease of
-// the session of q.Keys[i] (see sessionLease). A read that fails (without
-// permission) leaves them nil; its error is returned only if ctx ended.
-func readHealth(ctx context.Context, c *clientv3.Client, q *Queue, sessions []clientv3.LeaseID) error {
-	if len(q.Keys) == 0 {
-		return nil
-	}
-	resp, err := c.Get(ctx, HealthPrefix, clientv3.WithPrefix())
-	if err != nil {
-		if ctx.Err() != nil {
-			return err
-		}
-		return nil
-	}
-	byLease := make(map[clientv3.LeaseID]*Health, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		// Failures 0: the checks pass again (see recordHealth).
-		if id, h, ok := parseHealth(kv); ok && h.Failures > 0 {
-			byLease[id] = h
-		}
-	}
-	for i := range q.Keys {
-		q.Keys[i].Health = byLease[sessions[i]]
-	}
-	return nil
 }
 
 // parseHealth reads the health record kv: the lease of the session it

@@ -2,6 +2,7 @@ package concurrency
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"regexp"
@@ -155,8 +156,34 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 	if err != nil {
 		return nil, fmt.Errorf("concurrency: Inspect %q: %w", name, err)
 	}
+	q := queueOf(name, pfx, resp)
+	// Like the owner and health records, the lock-delay is read best
+	// effort: a read that fails (on a cluster with authentication, without
+	// permission on LockDelayPrefix) leaves it 0, unless ctx ended.
+	if d, err := lockDelayLeft(ctx, c, pfx); err == nil {
+		q.LockDelay = d
+	} else if ctx.Err() != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: lock-delay: %w", name, err)
+	}
+	sessions, err := readLeases(ctx, c, pfx, q)
+	if err != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: %w", name, err)
+	}
+	if err := readYields(ctx, c, pfx, q); err != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: yield requests: %w", name, err)
+	}
+	if err := readHealth(ctx, c, q, sessions); err != nil {
+		return nil, fmt.Errorf("concurrency: Inspect %q: health records: %w", name, err)
+	}
+	return q, nil
+}
+
+// queueOf is the queue of the lock name name (prefix pfx) in resp, a read
+// of its keys in create-revision order: each key with its kind and value,
+// and whether it holds, judged as the primitives judge it (TTL -1 until
+// readLeases reads it).
+func queueOf(name, pfx string, resp *clientv3.GetResponse) *Queue {
 	q := &Queue{Name: name, Revision: resp.Header.Revision, Keys: make([]QueueKey, 0, len(resp.Kvs))}
-	ttls := make(map[clientv3.LeaseID]int64)
 	nonReaders := 0 // keys older than the current one that are not readers
 	weight := 0     // the weights of the keys older than the current one
 	for i, kv := range resp.Kvs {
@@ -185,30 +212,31 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 			nonReaders++
 		}
 		weight += min(max(k.Weight, 1), math.MaxInt-weight) // at most MaxInt
+		q.Keys = append(q.Keys, k)
+	}
+	return q
+}
+
+// readLeases sets the TTL of each key of q (one TimeToLive per lease) and
+// its owner record, and returns the lease of the session that wrote each
+// key, on which its owner and health records are: a max hold moved the key
+// off it (see sessionLease).
+func readLeases(ctx context.Context, c *clientv3.Client, pfx string, q *Queue) ([]clientv3.LeaseID, error) {
+	ttls := make(map[clientv3.LeaseID]int64)
+	for _, k := range q.Keys {
 		if k.Lease != clientv3.NoLease {
 			ttls[k.Lease] = -1
 		}
-		q.Keys = append(q.Keys, k)
-	}
-	// Like the owner and health records, the lock-delay is read best
-	// effort: a read that fails (on a cluster with authentication, without
-	// permission on LockDelayPrefix) leaves it 0, unless ctx ended.
-	if d, err := lockDelayLeft(ctx, c, pfx); err == nil {
-		q.LockDelay = d
-	} else if ctx.Err() != nil {
-		return nil, fmt.Errorf("concurrency: Inspect %q: lock-delay: %w", name, err)
 	}
 	ids := make([]clientv3.LeaseID, 0, len(ttls))
 	for id := range ttls {
 		resp, err := c.TimeToLive(ctx, id)
 		if err != nil {
-			return nil, fmt.Errorf("concurrency: Inspect %q: lease %x: %w", name, int64(id), err)
+			return nil, fmt.Errorf("lease %x: %w", int64(id), err)
 		}
 		ttls[id] = resp.TTL // etcd answers -1 for a lease it does not have
 		ids = append(ids, id)
 	}
-	// The owner and health records are on the lease of the session that
-	// wrote each key, which a max hold moved off (see sessionLease).
 	sessions := make([]clientv3.LeaseID, len(q.Keys))
 	for i := range q.Keys {
 		sessions[i] = sessionLease(pfx, &q.Keys[i])
@@ -218,7 +246,7 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 	}
 	owners, err := readOwners(ctx, c, ids)
 	if err != nil {
-		return nil, fmt.Errorf("concurrency: Inspect %q: owners: %w", name, err)
+		return nil, fmt.Errorf("owners: %w", err)
 	}
 	for i := range q.Keys {
 		k := &q.Keys[i]
@@ -227,13 +255,7 @@ func Inspect(ctx context.Context, c *clientv3.Client, name string) (*Queue, erro
 		}
 		k.Owner = owners[sessions[i]]
 	}
-	if err := readYields(ctx, c, pfx, q); err != nil {
-		return nil, fmt.Errorf("concurrency: Inspect %q: yield requests: %w", name, err)
-	}
-	if err := readHealth(ctx, c, q, sessions); err != nil {
-		return nil, fmt.Errorf("concurrency: Inspect %q: health records: %w", name, err)
-	}
-	return q, nil
+	return sessions, nil
 }
 
 // readYields sets YieldRequested on the keys of q that a yield request
@@ -307,4 +329,69 @@ func keyKindOf(rest string) KeyKind {
 		return KindWriter
 	}
 	return KindOther
+}
+
+// readOwners returns the owner record of each lease in ids that has one.
+// Records are informative, so a failure to read them gives no owners (or
+// those read so far) rather than an error, unless ctx ended: a user
+// without permission to read OwnerPrefix, or a cluster whose
+// --max-txn-ops is below maxTxnOps, still gets the queue. Records it cannot
+// parse, or whose key is on another lease than its name says (written by
+// hand), are skipped.
+func readOwners(ctx context.Context, c *clientv3.Client, ids []clientv3.LeaseID) (map[clientv3.LeaseID]*Owner, error) {
+	owners := make(map[clientv3.LeaseID]*Owner)
+	for len(ids) > 0 {
+		n := min(len(ids), maxTxnOps)
+		ops := make([]clientv3.Op, n)
+		for i, id := range ids[:n] {
+			ops[i] = clientv3.OpGet(ownerKey(id))
+		}
+		resp, err := c.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			return owners, nil
+		}
+		for i, r := range resp.Responses {
+			kvs := r.GetResponseRange().GetKvs()
+			if len(kvs) == 0 || kvs[0].Lease != int64(ids[i]) {
+				continue
+			}
+			var o Owner
+			if json.Unmarshal(kvs[0].Value, &o) == nil {
+				owners[ids[i]] = &o
+			}
+		}
+		ids = ids[n:]
+	}
+	return owners, nil
+}
+
+// readHealth sets QueueKey.Health for the keys of q whose session's checks
+// are failing, from one read of HealthPrefix; sessions[i] is the lease of
+// the session of q.Keys[i] (see sessionLease). A read that fails (without
+// permission) leaves them nil; its error is returned only if ctx ended.
+func readHealth(ctx context.Context, c *clientv3.Client, q *Queue, sessions []clientv3.LeaseID) error {
+	if len(q.Keys) == 0 {
+		return nil
+	}
+	resp, err := c.Get(ctx, HealthPrefix, clientv3.WithPrefix())
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return nil
+	}
+	byLease := make(map[clientv3.LeaseID]*Health, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		// Failures 0: the checks pass again (see recordHealth).
+		if id, h, ok := parseHealth(kv); ok && h.Failures > 0 {
+			byLease[id] = h
+		}
+	}
+	for i := range q.Keys {
+		q.Keys[i].Health = byLease[sessions[i]]
+	}
+	return nil
 }

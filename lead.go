@@ -4,29 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
 )
 
 // This file holds Lead, the leader runner: a campaign, a term that runs
-// the caller's function, and the handover, in a loop; and its options.
-// What it reports is in leaderstatus.go, the watch of the leader in
-// leaderwatch.go.
-
-// Backoff between two campaigns after a failure or a lost leadership: it
-// starts at leadMinBackoff, doubles up to leadMaxBackoff, and is reset once
-// a leadership has lasted leadMaxBackoff. Each wait is drawn at random from
-// its upper half, so that candidates that lost together do not return
-// together.
-const (
-	leadMinBackoff = 100 * time.Millisecond
-	leadMaxBackoff = 5 * time.Second
-)
+// the caller's function, and the handover, in a loop. Its options are in
+// leadopts.go, what it reports in leaderstatus.go, the watch of the leader
+// in leaderwatch.go; the session of a term in termsession.go.
 
 // leaderFinalRead bounds how long the leader-change watcher catches up
 // after Lead has handed over, so that its last report shows the handover.
@@ -36,8 +22,8 @@ const leaderFinalRead = time.Second
 // elected, calls fn as the leader. It blocks until fn returns as the
 // leader, ctx ends, or an error that retrying cannot fix.
 //
-// Each term runs on a new Session (WithLeadTTL sets its TTL; default 60 s,
-// and why)
+// Each term runs on a new Session (WithLeadSession gives it options, and
+// WithTTL among them its TTL: default 60 s, and WithLeadSession says why)
 // and a new Election on it. Once Campaign has won, fn is called with the
 // Election, whose Rev is the term's fencing token and whose Txn writes only
 // while the term lasts, and with a context that is cancelled as soon as the
@@ -95,57 +81,62 @@ func Lead(ctx context.Context, cli *clientv3.Client, pfx, val string, fn func(ct
 	case fn == nil:
 		return ErrNilFunc
 	}
-	o := leadOptions{ttl: defaultSessionTTL}
+	var o leadOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.err != nil {
 		return o.err
 	}
+	o.ttl = termOptions(o.session).ttl
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 
 	if o.onChange != nil {
-		// The watcher outlives ctx until the handover is done, and then
-		// catches up, within leaderFinalRead, so that its last report shows
-		// the handover.
-		fin, finish := context.WithCancel(context.Background())
-		wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			watchLeaders(wctx, fin, cli, livenessFor(time.Duration(o.ttl)*time.Second), prefix(pfx), o.onChange)
-		}()
-		defer func() {
-			finish()
-			t := time.AfterFunc(leaderFinalRead, stop)
-			<-done
-			t.Stop()
-			stop()
-		}()
+		defer reportLeaders(ctx, cli, pfx, &o)()
 	}
 
 	l := &leader{cli: cli, name: pfx, val: val, fn: fn, o: &o}
-	backoff := leadMinBackoff
+	// Between two campaigns after a failure or a lost leadership: reset
+	// once a leadership lasted retryMaxBackoff.
+	var backoff retryBackoff
 	for {
 		retry, lasted, err := l.term(ctx)
 		if !retry {
 			return err
 		}
 		if cli.Ctx().Err() != nil { // the term ended with its session
-			return l.permanent(nil)
+			return termPermanent(l.cli, "Lead", nil)
 		}
-		if lasted >= leadMaxBackoff {
-			backoff = leadMinBackoff
-		}
-		if !pause(ctx, cli, jittered(backoff)) {
+		backoff.resetAfter(lasted)
+		if !pause(ctx, cli, backoff.next()) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return l.permanent(nil)
+			return termPermanent(l.cli, "Lead", nil)
 		}
-		backoff = min(2*backoff, leadMaxBackoff)
+	}
+}
+
+// reportLeaders starts the goroutine of WithLeaderChanges, and returns the
+// function that ends it once Lead has handed over: the watcher outlives
+// ctx until then, and then catches up, within leaderFinalRead, so that its
+// last report shows the handover.
+func reportLeaders(ctx context.Context, cli *clientv3.Client, pfx string, o *leadOptions) (stop func()) {
+	fin, finish := context.WithCancel(context.Background())
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchLeaders(wctx, fin, cli, livenessFor(time.Duration(o.ttl)*time.Second), prefix(pfx), o.onChange)
+	}()
+	return func() {
+		finish()
+		t := time.AfterFunc(leaderFinalRead, cancel)
+		<-done
+		t.Stop()
+		cancel()
 	}
 }
 
@@ -163,7 +154,7 @@ type leader struct {
 // (0 if there was none); otherwise the error Lead returns (ctx ended, fn
 // returned as the leader, or an error that retrying cannot fix).
 func (l *leader) term(ctx context.Context) (retry bool, lasted time.Duration, err error) {
-	s, closeSession, err := l.newSession(ctx)
+	s, closeSession, err := startTermSession(ctx, l.cli, l.o.session)
 	if err != nil {
 		return l.failed(ctx, err)
 	}
@@ -218,30 +209,13 @@ func (l *leader) term(ctx context.Context) (retry bool, lasted time.Duration, er
 	}
 }
 
-// join is errors.Join, but returns a single error unchanged, so that Lead
-// returns fn's error or ctx.Err() itself when nothing else went wrong.
-func join(errs ...error) error {
-	var one error
-	n := 0
-	for _, err := range errs {
-		if err != nil {
-			one = err
-			n++
-		}
-	}
-	if n <= 1 {
-		return one
-	}
-	return errors.Join(errs...)
-}
-
 // failed is term's result when no leadership was won: ctx's error if it
 // ended, the error if retrying cannot fix it, or retry.
 func (l *leader) failed(ctx context.Context, err error) (bool, time.Duration, error) {
 	if ctx.Err() != nil {
 		return false, 0, ctx.Err()
 	}
-	if perr := l.permanent(err); perr != nil {
+	if perr := termPermanent(l.cli, "Lead", err); perr != nil {
 		return false, 0, perr
 	}
 	return true, 0, nil
@@ -263,141 +237,3 @@ func (l *leader) handOver(ctx context.Context, e *Election, closeSession func() 
 	}
 	return nil
 }
-
-// newSession starts the session of a term. NewSession's round trip ends
-// when ctx does; the session itself lives until the returned function
-// closes it, which revokes the lease within cleanupTimeout and may be
-// called more than once.
-func (l *leader) newSession(ctx context.Context) (*Session, func() error, error) {
-	// The session carries ctx's values but ends only when closed.
-	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopOnCtx := context.AfterFunc(ctx, scancel)
-	s, err := NewSession(l.cli, append([]SessionOption{WithTTL(l.o.ttl), WithContext(sctx)}, l.o.sessionOpts...)...)
-	if !stopOnCtx() || err != nil {
-		if err == nil {
-			s.Orphan() // ctx ended as the lease was granted: revoke it
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			l.cli.Revoke(ctx, s.Lease())
-			cancel()
-		}
-		scancel()
-		if err == nil {
-			err = ctx.Err()
-		}
-		return nil, nil, err
-	}
-	var once sync.Once
-	var cerr error
-	closeSession := func() error {
-		once.Do(func() {
-			t := time.AfterFunc(cleanupTimeout, scancel)
-			cerr = s.Close()
-			t.Stop()
-			scancel()
-		})
-		return cerr
-	}
-	return s, closeSession, nil
-}
-
-// permanent returns err, wrapped, if retrying cannot fix it
-// (authentication, a closed client), and nil otherwise.
-func (l *leader) permanent(err error) error {
-	if l.cli.Ctx().Err() != nil {
-		if err == nil || !errors.Is(err, ErrClientClosed) {
-			err = errors.Join(clientClosed(l.cli), err)
-		}
-		return fmt.Errorf("concurrency: Lead: %w", err)
-	}
-	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserEmpty) ||
-		errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrInvalidAuthToken) {
-		return fmt.Errorf("concurrency: Lead: %w", err)
-	}
-	if c := grpcCode(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
-		return fmt.Errorf("concurrency: Lead: %w", err)
-	}
-	return nil
-}
-
-type leadOptions struct {
-	ttl      int
-	onChange func(LeaderInfo)
-	status   *LeaderStatus
-	err      error // the first invalid option
-	// sessionOpts are given to the session of each term: WithLeadMetrics,
-	// WithLeadTracerProvider, WithLeadOwner.
-	sessionOpts []SessionOption
-}
-
-// LeadOption configures Lead.
-type LeadOption func(*leadOptions)
-
-// WithLeadTTL sets the TTL in seconds of the session of each term (default
-// 60): how long a leadership outlives a leader that crashed without
-// resigning. A TTL of zero or less makes Lead return an error matching
-// ErrInvalidTTL.
-//
-// The default is kept at 60 s, etcd's session default, rather than
-// client-go's 15 s lease, because the TTL weighs two failures against each
-// other, and Lead already takes care of the common one. A Lead that
-// returns, or whose ctx ends (a rolling update, SIGTERM), resigns at once,
-// and the next candidate leads after one commit, whatever the TTL; only a
-// leader that dies without resigning (a crash, SIGKILL, a lost host) keeps
-// the others waiting for up to the TTL. The TTL is also how long a leader
-// keeps its term while it cannot renew its lease: its session's
-// conservative deadline is about one TTL after the last renewal sent, so a
-// shorter TTL turns shorter etcd trouble (a leader election, a member
-// restart, a slow disk, a long pause of this process) into a lost term, fn
-// cancelled and its work started again elsewhere. client-go's leases are
-// judged on the clocks of the candidates; etcd expires the lease itself,
-// so no margin for clock skew is needed here either way. A drop-in for
-// etcd's package also fails over as it did. Services that cannot wait a
-// minute after a leader's crash should pass WithLeadTTL(15), or less,
-// accepting that an etcd outage of that length ends the term.
-//
-// Lead takes no other SessionOption: each term needs a new lease (so not
-// WithLease), and Lead's own ctx, not the session's, says when to stop (so
-// not WithContext; the sessions carry ctx's values).
-func WithLeadTTL(ttl int) LeadOption {
-	return func(o *leadOptions) {
-		if ttl <= 0 && o.err == nil {
-			o.err = fmt.Errorf("%w: WithLeadTTL(%d)", ErrInvalidTTL, ttl)
-		}
-		o.ttl = ttl
-	}
-}
-
-// WithLeaderChanges has Lead call fn with the leader of the election each
-// time it changes, whoever leads: first with the leader when Lead starts,
-// then with each new leader or proclaimed value, and with the zero
-// LeaderInfo whenever the election has no leader (which etcd's Observe,
-// and Election.Observe, never report). A nil fn is ignored (the default).
-//
-// The calls come one at a time from a goroutine that Lead starts and waits
-// for before it returns, so that none comes after Lead returns; fn should
-// return quickly, as it delays the next report. After Lead has handed
-// over, the goroutine catches up with etcd's revision at that moment
-// (for at most 1 s) before it stops, so that the last report shows the
-// leader after Lead's resignation, or none. The goroutine reads
-// the election's keys once and then follows them with a watch, so it
-// reports each leader of each revision, in order, even one that lasted a
-// single revision. If watching fails (no leader, lost connection,
-// compaction), it reads the keys again, after a backoff of 100 ms doubling
-// to 5 s, for as long as Lead runs; a leader that came and went meanwhile
-// is not reported, but the latest always is.
-func WithLeaderChanges(fn func(LeaderInfo)) LeadOption {
-	return func(o *leadOptions) { o.onChange = fn }
-}
-
-// WithStatus has Lead record in st whether it is the leader, and since
-// when, and whether a term outlived its leadership, for a health endpoint
-// (LeaderStatus.Check, Handler) or a readiness gate (LeaderStatus.Wait).
-// st may be read from any goroutine; pass it to one Lead at a time. A nil
-// st is ignored (the default).
-func WithStatus(st *LeaderStatus) LeadOption {
-	return func(o *leadOptions) { o.status = st }
-}
-
-// jittered is half to all of d, at random, so that candidates that failed
-// together do not retry together.
-func jittered(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }

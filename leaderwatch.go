@@ -3,6 +3,7 @@ package concurrency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -10,8 +11,47 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// This file holds the watch of an election's leader that Lead's
-// WithLeaderChanges reports from.
+// This file holds the watch of an election's leader: WatchLeader, for
+// processes that do not campaign, and the loop that it and Lead's
+// WithLeaderChanges report from.
+
+// WatchLeader calls fn with the leader of the election name each time it
+// changes, for a process that does not campaign: first with the leader
+// when it starts, then with each new leader or proclaimed value, and with
+// the zero LeaderInfo whenever the election has no leader (which
+// Election.Observe and etcd's Observe never report). It is what Lead's
+// WithLeaderChanges reports, for anyone: the same goroutine-free loop runs
+// in the caller's goroutine, reading the candidates once and following
+// them with a watch, so that it reports each leader of each revision in
+// order; after a failed watch (no leader in etcd, a lost connection,
+// compaction) it reads again after a backoff of 100 ms doubling to 5 s,
+// and may then skip a leader that came and went meanwhile, never the
+// latest.
+//
+// It blocks until ctx ends, and returns ctx.Err(), or, within a second
+// of the client's Close, an error matching ErrClientClosed. fn is called from the caller's goroutine, one call at
+// a time, and none after WatchLeader returns. A nil client, an empty name
+// and a nil fn give ErrNilClient, ErrInvalidPrefix and ErrNilFunc at once.
+//
+// etcd's client naming and endpoints manager (client/v3/naming) is not
+// used: it publishes endpoints under a prefix, with no order among them,
+// where an election's leader is its oldest key.
+func WatchLeader(ctx context.Context, cli *clientv3.Client, name string, fn func(LeaderInfo)) error {
+	switch {
+	case cli == nil:
+		return ErrNilClient
+	case name == "":
+		return ErrInvalidPrefix
+	case fn == nil:
+		return ErrNilFunc
+	}
+	// fin never ends: the watch stops only with ctx.
+	watchLeaders(ctx, context.Background(), cli, livenessFor(defaultSessionTTL*time.Second), prefix(name), fn)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("concurrency: WatchLeader %q: %w", name, clientClosed(cli))
+}
 
 // watchLeaders reports the leader of the election pfx to notify each time
 // it changes. It keeps the candidates' keys, read once and then followed
@@ -25,11 +65,11 @@ import (
 // and ends it at once.
 func watchLeaders(ctx, fin context.Context, cli *clientv3.Client, l liveness, pfx string, notify func(LeaderInfo)) {
 	w := &leaderWatch{cli: cli, l: l, pfx: pfx, notify: notify, keys: make(map[string]LeaderInfo)}
-	backoff := leadMinBackoff
+	var backoff retryBackoff
 	for ctx.Err() == nil && cli.Ctx().Err() == nil {
 		rev, err := w.read(ctx)
 		if err == nil {
-			backoff = leadMinBackoff
+			backoff.reset()
 			if err = w.follow(ctx, fin, rev); err == nil {
 				return // caught up after fin
 			}
@@ -43,14 +83,13 @@ func watchLeaders(ctx, fin context.Context, cli *clientv3.Client, l liveness, pf
 		case errors.Is(err, rpctypes.ErrCompacted):
 			continue // reading again is enough
 		}
-		t := time.NewTimer(jittered(backoff))
+		t := time.NewTimer(backoff.next())
 		select {
 		case <-t.C:
 		case <-fin.Done():
 		case <-ctx.Done():
 		}
 		t.Stop()
-		backoff = min(2*backoff, leadMaxBackoff)
 	}
 }
 

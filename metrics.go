@@ -140,20 +140,6 @@ type MetricsRecorder interface {
 	DeadlineExpired()
 }
 
-// WithLeadMetrics has the sessions of Lead report to r, as WithMetrics does:
-// in particular r is told LeaderStarted when Lead begins to lead and
-// LeaderEnded when it stops (with concurrencyprom, concurrency_lock_leader{name}
-// is 1 while Lead leads). A nil r is ignored (the default).
-func WithLeadMetrics(r MetricsRecorder) LeadOption {
-	return func(o *leadOptions) { o.sessionOpts = append(o.sessionOpts, WithMetrics(r)) }
-}
-
-// WithLeadTracerProvider has the sessions of Lead record spans with tp, as
-// WithTracerProvider does. A nil tp is ignored (the default).
-func WithLeadTracerProvider(tp trace.TracerProvider) LeadOption {
-	return func(o *leadOptions) { o.sessionOpts = append(o.sessionOpts, WithTracerProvider(tp)) }
-}
-
 // instruments are a session's metrics and tracer; a session has none (nil)
 // unless given WithMetrics or WithTracerProvider. Every method may be
 // called on nil, and then does nothing.

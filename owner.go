@@ -56,19 +56,6 @@ const maxOwnerSize = 1024
 // key is.
 func ownerKey(id clientv3.LeaseID) string { return leaseKey(OwnerPrefix, id) }
 
-// WithLeadOwner has the session of each term of Lead record o, as
-// WithOwner does, so that Inspect shows who leads and who stands. An Owner
-// too large to record makes Lead return an error matching ErrInvalidOwner
-// at once.
-func WithLeadOwner(o Owner) LeadOption {
-	return func(lo *leadOptions) {
-		if _, err := ownerRecord(o); err != nil && lo.err == nil {
-			lo.err = fmt.Errorf("WithLeadOwner: %w", err)
-		}
-		lo.sessionOpts = append(lo.sessionOpts, WithOwner(o))
-	}
-}
-
 // ownerRecord is the value WithOwner writes for o.
 func ownerRecord(o Owner) (string, error) {
 	b, err := json.Marshal(o)
@@ -117,46 +104,10 @@ func (s *Session) recordOwner(ctx, gctx context.Context, record string) error {
 	return fmt.Errorf("concurrency: NewSession: owner record: %w", err)
 }
 
-// maxTxnOps is how many reads readOwners puts in one transaction, below
-// etcd's default limit of 128 operations per transaction.
+// maxTxnOps is how many operations a transaction of this package holds
+// (readOwners' reads, a Shards member's yield requests), below etcd's
+// default limit of 128 operations per transaction.
 const maxTxnOps = 100
-
-// readOwners returns the owner record of each lease in ids that has one.
-// Records are informative, so a failure to read them gives no owners (or
-// those read so far) rather than an error, unless ctx ended: a user
-// without permission to read OwnerPrefix, or a cluster whose
-// --max-txn-ops is below maxTxnOps, still gets the queue. Records it cannot
-// parse, or whose key is on another lease than its name says (written by
-// hand), are skipped.
-func readOwners(ctx context.Context, c *clientv3.Client, ids []clientv3.LeaseID) (map[clientv3.LeaseID]*Owner, error) {
-	owners := make(map[clientv3.LeaseID]*Owner)
-	for len(ids) > 0 {
-		n := min(len(ids), maxTxnOps)
-		ops := make([]clientv3.Op, n)
-		for i, id := range ids[:n] {
-			ops[i] = clientv3.OpGet(ownerKey(id))
-		}
-		resp, err := c.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, err
-			}
-			return owners, nil
-		}
-		for i, r := range resp.Responses {
-			kvs := r.GetResponseRange().GetKvs()
-			if len(kvs) == 0 || kvs[0].Lease != int64(ids[i]) {
-				continue
-			}
-			var o Owner
-			if json.Unmarshal(kvs[0].Value, &o) == nil {
-				owners[ids[i]] = &o
-			}
-		}
-		ids = ids[n:]
-	}
-	return owners, nil
-}
 
 // String returns the owner as "label pid PID on HOST", leaving out what is
 // unknown, or "" when nothing is known.

@@ -13,12 +13,8 @@ import (
 // member owning its fair share by weight. A shard's safety is its Mutex's
 // (at most one holder per shard at any revision; the token is the hold's);
 // the rest only decides which member queues for which shard: the plan in
-// shardplan.go, the member at work in shardmember.go.
-//
-// Keys, under the group name g:
-//
-//	g/members/<lease hex>   a member, on its session's lease; value "shards=N weight=W"
-//	g/shard/<i>/<lease hex> the Mutex keys of shard i (a Mutex named g/shard/<i>)
+// shardplan.go, the member at work in shardmember.go, the group's keys
+// (their layout and their parse) in shardkeys.go.
 
 // Limits of a group, checked by Shards, InspectShards and WatchShards
 // (and WithShardWeight) before anything is read or written. They also bound
@@ -168,18 +164,19 @@ func Shards(ctx context.Context, cli *clientv3.Client, group string, n int, fn f
 	if fn == nil {
 		return ErrNilFunc
 	}
-	o := shardOptions{weight: 1, ttl: defaultSessionTTL}
+	o := shardOptions{weight: 1}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.err != nil {
 		return o.err
 	}
+	o.settle()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	g := &shardMember{cli: cli, group: group, n: n, fn: fn, o: &o}
-	backoff := leadMinBackoff
+	var backoff retryBackoff
 	for {
 		since := time.Now()
 		retry, err := g.join(ctx)
@@ -189,115 +186,12 @@ func Shards(ctx context.Context, cli *clientv3.Client, group string, n int, fn f
 		if cli.Ctx().Err() != nil { // the membership ended with its session
 			return fmt.Errorf("concurrency: Shards: %w", clientClosed(cli))
 		}
-		if time.Since(since) >= leadMaxBackoff {
-			backoff = leadMinBackoff
-		}
-		if !pause(ctx, cli, jittered(backoff)) {
+		backoff.resetAfter(time.Since(since))
+		if !pause(ctx, cli, backoff.next()) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("concurrency: Shards: %w", clientClosed(cli))
 		}
-		backoff = min(2*backoff, leadMaxBackoff)
 	}
-}
-
-type shardOptions struct {
-	weight      int
-	ttl         int
-	status      *ShardStatus
-	unowned     ShardMetricsRecorder // WithShardMetrics's recorder, if it has the shard methods
-	sessionOpts []SessionOption
-	err         error // the first invalid option
-}
-
-// ShardOption configures Shards.
-type ShardOption func(*shardOptions)
-
-// WithShardWeight sets the member's weight (default 1, at most
-// MaxShardWeight): its share of the shards is n times its weight over the
-// sum of the live members' weights, rounded so that the shares add up to
-// n. A weight of zero or less, or above MaxShardWeight, makes Shards
-// return an error matching ErrInvalidShardWeight before it writes
-// anything.
-func WithShardWeight(w int) ShardOption {
-	return func(o *shardOptions) {
-		if (w <= 0 || w > MaxShardWeight) && o.err == nil {
-			o.err = fmt.Errorf("%w: WithShardWeight(%d) (1 to %d)", ErrInvalidShardWeight, w, MaxShardWeight)
-		}
-		o.weight = w
-	}
-}
-
-// WithShardTTL sets the TTL in seconds of the member's session (default
-// 60, as WithLeadTTL explains): how long the shards of a member that
-// crashed stay owned by it before the others take them over. A TTL of zero
-// or less makes Shards return an error matching ErrInvalidTTL.
-func WithShardTTL(ttl int) ShardOption {
-	return func(o *shardOptions) {
-		if ttl <= 0 && o.err == nil {
-			o.err = fmt.Errorf("%w: WithShardTTL(%d)", ErrInvalidTTL, ttl)
-		}
-		o.ttl = ttl
-	}
-}
-
-// WithShardHealthCheck gives each of the member's sessions WithHealthCheck:
-// when the checks fail, the session ends and its lease is revoked, so
-// every shard of the member goes to the others at once, and fn's contexts
-// end with a cause matching ErrUnhealthy; Shards then joins again on a new
-// session, whose checks start afresh.
-func WithShardHealthCheck(interval time.Duration, failures int, check func(ctx context.Context) error) ShardOption {
-	return func(o *shardOptions) {
-		o.sessionOpts = append(o.sessionOpts, WithHealthCheck(interval, failures, check))
-	}
-}
-
-// WithShardOwner has each of the member's sessions record o, as WithOwner
-// does, so that Inspect and InspectShards show who owns each shard. An
-// Owner too large to record makes Shards return an error matching
-// ErrInvalidOwner at once.
-func WithShardOwner(o Owner) ShardOption {
-	return func(so *shardOptions) {
-		if _, err := ownerRecord(o); err != nil && so.err == nil {
-			so.err = fmt.Errorf("WithShardOwner: %w", err)
-		}
-		so.sessionOpts = append(so.sessionOpts, WithOwner(o))
-	}
-}
-
-// WithShardMetrics has each of the member's sessions report to r, as
-// WithMetrics does: each shard is a Mutex named group/shard/<i> (kind
-// "mutex"), so with concurrencyprom the shards this process owns are
-// concurrency_lock_holders, the shards it handed over are
-// concurrency_lock_holds_ended_total{cause="yielded"} (and those it lost,
-// the other causes), the shards it took over are
-// concurrency_lock_acquisitions_total, and concurrency_lock_wait_seconds
-// is how long each took from queueing to grant; per shard with
-// WithLockNameLabel, else summed over the process's mutexes.
-//
-// If r also implements ShardMetricsRecorder (concurrencyprom.Metrics
-// does), the member also times the spans in which it sees a shard of the
-// group without a member owning it, from its own view of the group's keys
-// (ShardMetricsRecorder says exactly what is measured, with what error,
-// and what no member can see): with concurrencyprom,
-// concurrency_shard_unowned{group} is how many shards it sees unowned now
-// and concurrency_shard_unowned_seconds{group} a histogram of the spans.
-// Every member sees the same spans: aggregate over members with max, not
-// sum. A nil r is ignored (the default).
-func WithShardMetrics(r MetricsRecorder) ShardOption {
-	return func(o *shardOptions) {
-		if sr, ok := r.(ShardMetricsRecorder); ok {
-			o.unowned = sr
-		}
-		o.sessionOpts = append(o.sessionOpts, WithMetrics(r))
-	}
-}
-
-// WithShardStatus has Shards record in st which shards this member owns
-// and whether a fn outlived its shard (ShardStatus.Check). st may be read
-// from any goroutine; pass it to one Shards at a time. A nil st is ignored
-// (the default).
-func WithShardStatus(st *ShardStatus) ShardOption {
-	return func(o *shardOptions) { o.status = st }
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -14,7 +13,8 @@ import (
 
 // This file holds the plan of Shards: how one read of a group's keys
 // becomes the members, their fair shares, and which shards each member
-// should own; and InspectShards, which shows the same read to operators.
+// should own; and the same read as operators see it (ShardGroup, read by
+// readGroup for InspectShards, in inspectshards.go, and WatchShards).
 
 // shardGroup is a group as one read saw it.
 type shardGroup struct {
@@ -74,26 +74,19 @@ func (sh *groupShard) waits(id clientv3.LeaseID) bool {
 // the oldest of several member keys on one lease.
 func readShardGroup(group string, n int, kvs []*mvccpb.KeyValue) *shardGroup {
 	v := &shardGroup{shards: make([]groupShard, n)}
-	mp, sp := group+"/members/", group+"/shard/"
 	for _, kv := range kvs {
-		k := string(kv.Key)
+		gk := parseGroupKey(group, n, kv)
 		switch {
-		case strings.HasPrefix(k, mp):
-			cnt, w, ok := parseMember(string(kv.Value))
-			switch {
-			case !ok || kv.Lease == 0:
-			case cnt == n:
-				v.members = append(v.members, groupMember{lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision, weight: w})
-			default:
-				if v.others == nil {
-					v.others = make(map[clientv3.LeaseID]int64)
-				}
-				v.others[clientv3.LeaseID(kv.Lease)] = kv.CreateRevision
+		case gk.member && !gk.live:
+		case gk.member && gk.count == n:
+			v.members = append(v.members, groupMember{lease: gk.lease, rev: gk.rev, weight: gk.weight})
+		case gk.member:
+			if v.others == nil {
+				v.others = make(map[clientv3.LeaseID]int64)
 			}
-		case strings.HasPrefix(k, sp):
-			if i, ok := shardOfKey(k[len(sp):], n); ok {
-				v.shards[i].keys = append(v.shards[i].keys, shardKey{key: k, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision})
-			}
+			v.others[gk.lease] = gk.rev
+		case gk.shard >= 0:
+			v.shards[gk.shard].keys = append(v.shards[gk.shard].keys, shardKey{key: string(kv.Key), lease: gk.lease, rev: gk.rev})
 		}
 	}
 	// Keys written in one transaction share a create revision: ties are
@@ -113,20 +106,6 @@ func readShardGroup(group string, n int, kvs []*mvccpb.KeyValue) *shardGroup {
 		slices.SortFunc(v.shards[i].keys, func(a, b shardKey) int { return cmp.Or(cmp.Compare(a.rev, b.rev), strings.Compare(a.key, b.key)) })
 	}
 	return v
-}
-
-// shardOfKey returns the shard number i of rest, the part of a key after
-// group/shard/, if it is i/<anything> with 0 <= i < n written plainly.
-func shardOfKey(rest string, n int) (int, bool) {
-	slash := strings.IndexByte(rest, '/')
-	if slash < 0 {
-		return 0, false
-	}
-	i, err := strconv.Atoi(rest[:slash])
-	if err != nil || i < 0 || i >= n || strconv.Itoa(i) != rest[:slash] {
-		return 0, false
-	}
-	return i, true
 }
 
 // member returns the index of lease id among the members.
@@ -235,7 +214,7 @@ type ShardMember struct {
 	Weight         int              // WithShardWeight, as the plan uses it (at most MaxShardWeight)
 	Share          int              // its fair share of the shards, as every member computes it
 	Owned          []int            // the shards it owns, in order
-	Owner          *Owner           // its owner record (WithShardOwner), or nil
+	Owner          *Owner           // its owner record (WithShardSession(WithOwner)), or nil
 }
 
 // ShardOwner is a shard of a group and its owner.
@@ -245,40 +224,6 @@ type ShardOwner struct {
 	Token   int64            // the owner's fencing token (the create revision of its key), or 0
 	Member  bool             // the owner is a live member (else it left or is another client)
 	Waiters int              // how many keys wait behind the owner
-}
-
-// InspectShards reads group, of n shards: its live members with their
-// weights, fair shares and owned shards, and each shard's owner, from one
-// linearizable read, then the members' owner records (WithShardOwner), one
-// round trip per 100 members. It is read-only and needs no session. It
-// blocks for these round trips, which ctx bounds: if ctx ends first it
-// returns an error matching ctx.Err(). A nil client gives ErrNilClient, an
-// empty group ErrInvalidPrefix and n <= 0 ErrInvalidShardCount, before any
-// round trip, as is n > MaxShardCount. Members that run another shard
-// count are left out, as the members themselves leave them out; so are
-// member keys whose value does not parse, and a weight above
-// MaxShardWeight counts as MaxShardWeight (parseMember): no value written
-// under the group makes InspectShards panic.
-func InspectShards(ctx context.Context, c *clientv3.Client, group string, n int) (*ShardGroup, error) {
-	if err := validGroup(c, group, n); err != nil {
-		return nil, err
-	}
-	g, err := readGroup(ctx, c, group, n)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]clientv3.LeaseID, len(g.Members))
-	for i, mb := range g.Members {
-		ids[i] = mb.Lease
-	}
-	owners, err := readOwners(ctx, c, ids)
-	if err != nil {
-		return nil, fmt.Errorf("concurrency: InspectShards %q: %w", group, err)
-	}
-	for i := range g.Members {
-		g.Members[i].Owner = owners[g.Members[i].Lease]
-	}
-	return g, nil
 }
 
 // validGroup reports a nil client, an empty group name and a shard count

@@ -1,7 +1,6 @@
 package concurrency
 
 import (
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -9,13 +8,14 @@ import (
 )
 
 // This file holds the measure of unowned shards: ShardMetricsRecorder, the
-// optional part of a MetricsRecorder that WithShardMetrics looks for, and
+// optional part of a MetricsRecorder that Shards looks for in its
+// sessions' (WithShardSession(WithMetrics(r))), and
 // the tracker by which a Shards member times, from its own view of the
 // group's keys, how long each shard goes without a member owning it.
 
 // ShardMetricsRecorder is implemented by a MetricsRecorder that also
 // records how long the shards of a Shards group go without an owner.
-// WithShardMetrics checks the recorder it is given for it (a type
+// Shards checks the recorder its sessions are given for it (a type
 // assertion): MetricsRecorder itself is unchanged, and a recorder without
 // these methods gets the lock metrics alone. concurrencyprom.Metrics
 // implements it.
@@ -142,23 +142,21 @@ func (t *unownedTracker) events(evs []*clientv3.Event, rev int64, now time.Time)
 // put indexes a key of the group, as written.
 func (t *unownedTracker) put(kv *mvccpb.KeyValue) {
 	k := string(kv.Key)
-	mp, sp := t.group+"/members/", t.group+"/shard/"
-	switch {
-	case strings.HasPrefix(k, mp):
+	switch gk := parseGroupKey(t.group, t.n, kv); {
+	case gk.member:
 		t.delete(k)
-		if cnt, _, ok := parseMember(string(kv.Value)); ok && cnt == t.n && kv.Lease != 0 {
-			t.leases[k] = clientv3.LeaseID(kv.Lease)
-			t.live[clientv3.LeaseID(kv.Lease)] = true
+		if gk.live && gk.count == t.n {
+			t.leases[k] = gk.lease
+			t.live[gk.lease] = true
 		}
 		t.dirty = nil
-	case strings.HasPrefix(k, sp):
-		if i, ok := shardOfKey(k[len(sp):], t.n); ok {
-			if t.queues[i] == nil {
-				t.queues[i] = make(map[string]shardKey)
-			}
-			t.queues[i][k] = shardKey{key: k, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}
-			t.touch(i)
+	case gk.shard >= 0:
+		i := gk.shard
+		if t.queues[i] == nil {
+			t.queues[i] = make(map[string]shardKey)
 		}
+		t.queues[i][k] = shardKey{key: k, lease: gk.lease, rev: gk.rev}
+		t.touch(i)
 	}
 }
 
@@ -170,11 +168,9 @@ func (t *unownedTracker) delete(k string) {
 		t.dirty = nil
 		return
 	}
-	if sp := t.group + "/shard/"; strings.HasPrefix(k, sp) {
-		if i, ok := shardOfKey(k[len(sp):], t.n); ok {
-			delete(t.queues[i], k)
-			t.touch(i)
-		}
+	if i := groupKeyOf(t.group, t.n, k).shard; i >= 0 {
+		delete(t.queues[i], k)
+		t.touch(i)
 	}
 }
 

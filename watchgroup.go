@@ -4,53 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// This file holds the watches for processes that do not take part:
-// WatchLeader follows an election's leader without campaigning, and
-// WatchShards follows a Shards group's members and owners without
-// joining.
-
-// WatchLeader calls fn with the leader of the election name each time it
-// changes, for a process that does not campaign: first with the leader
-// when it starts, then with each new leader or proclaimed value, and with
-// the zero LeaderInfo whenever the election has no leader (which
-// Election.Observe and etcd's Observe never report). It is what Lead's
-// WithLeaderChanges reports, for anyone: the same goroutine-free loop runs
-// in the caller's goroutine, reading the candidates once and following
-// them with a watch, so that it reports each leader of each revision in
-// order; after a failed watch (no leader in etcd, a lost connection,
-// compaction) it reads again after a backoff of 100 ms doubling to 5 s,
-// and may then skip a leader that came and went meanwhile, never the
-// latest.
-//
-// It blocks until ctx ends, and returns ctx.Err(), or, within a second
-// of the client's Close, an error matching ErrClientClosed. fn is called from the caller's goroutine, one call at
-// a time, and none after WatchLeader returns. A nil client, an empty name
-// and a nil fn give ErrNilClient, ErrInvalidPrefix and ErrNilFunc at once.
-//
-// etcd's client naming and endpoints manager (client/v3/naming) is not
-// used: it publishes endpoints under a prefix, with no order among them,
-// where an election's leader is its oldest key.
-func WatchLeader(ctx context.Context, cli *clientv3.Client, name string, fn func(LeaderInfo)) error {
-	switch {
-	case cli == nil:
-		return ErrNilClient
-	case name == "":
-		return ErrInvalidPrefix
-	case fn == nil:
-		return ErrNilFunc
-	}
-	// fin never ends: the watch stops only with ctx.
-	watchLeaders(ctx, context.Background(), cli, livenessFor(defaultSessionTTL*time.Second), prefix(name), fn)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return fmt.Errorf("concurrency: WatchLeader %q: %w", name, clientClosed(cli))
-}
+// This file holds WatchShards, the watch of a Shards group for processes
+// that do not join: it follows the group's members and owners. (The watch
+// of an election's leader, WatchLeader, is beside Lead, in
+// leaderwatch.go.)
 
 // WatchShards calls fn with the group of n shards, as InspectShards
 // returns it (without owner records: Owner is nil), each time its members

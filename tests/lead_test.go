@@ -594,3 +594,57 @@ func TestLeaderStatusCheck(t *testing.T) {
 		t.Fatalf("Check after Lead returned = %v", err)
 	}
 }
+
+// WithLeadSession gives each term's session its options (a TTL, an owner
+// record), overrides WithContext and WithLease (each term runs on a lease
+// of its own until Lead's ctx ends), and reports an owner too large to
+// record at once, as WithLeadOwner does.
+func TestLeadSessionOptions(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	c := sharedClient(t)
+	adopted, err := c.Grant(t.Context(), 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Revoke(context.Background(), adopted.ID) })
+	ended, cancel := context.WithCancel(t.Context())
+	cancel() // a session on this context would end at once
+	o := concurrency.Owner{Host: "h", PID: 9, Label: "lead-session"}
+	ran := false
+	err = concurrency.Lead(t.Context(), c, pfx, "v", func(ctx context.Context, e *concurrency.Election) error {
+		ran = true
+		q, err := concurrency.Inspect(ctx, c, pfx)
+		if err != nil {
+			return err
+		}
+		if len(q.Keys) != 1 || q.Keys[0].Owner == nil || *q.Keys[0].Owner != o {
+			t.Fatalf("Inspect of the election = %+v, want one key owned by %+v", q.Keys, o)
+		}
+		if lease := q.Keys[0].Lease; lease == adopted.ID {
+			t.Errorf("the term runs on the lease given WithLease (%x), want one of its own", adopted.ID)
+		}
+		ttl, err := c.TimeToLive(ctx, q.Keys[0].Lease)
+		if err != nil {
+			return err
+		}
+		if ttl.GrantedTTL != 7 {
+			t.Errorf("the term's lease was granted a TTL of %d, want 7 (WithTTL)", ttl.GrantedTTL)
+		}
+		return nil
+	}, concurrency.WithLeadSession(concurrency.WithTTL(7), concurrency.WithOwner(o), concurrency.WithContext(ended), concurrency.WithLease(adopted.ID)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ran {
+		t.Fatal("Lead returned nil without running fn")
+	}
+
+	huge := concurrency.Owner{Label: strings.Repeat("x", 2000)}
+	err = concurrency.Lead(t.Context(), c, pfx, "v", func(context.Context, *concurrency.Election) error {
+		t.Error("Lead ran fn with an invalid owner")
+		return nil
+	}, concurrency.WithLeadSession(concurrency.WithOwner(huge)))
+	if !errors.Is(err, concurrency.ErrInvalidOwner) || !strings.Contains(err.Error(), "WithLeadSession") {
+		t.Fatalf("Lead WithLeadSession(WithOwner(2000-byte label)) = %v, want ErrInvalidOwner naming WithLeadSession", err)
+	}
+}

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency"
@@ -527,4 +530,52 @@ func TestShardsFnReturns(t *testing.T) {
 	}
 	// The failed member left: the idle one owns every shard again.
 	waitBalanced(t, c, group, n, 1, 10*time.Second)
+}
+
+// WithShardSession gives each of the member's sessions its options: a TTL,
+// an owner record (InspectShards shows it) and a tracer provider, which
+// records the spans of the shards' Mutexes (Shards had no tracer before
+// it).
+func TestShardsSessionOptions(t *testing.T) {
+	group := etcdtest.Begin(t)
+	c := sharedClient(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	o := concurrency.Owner{Host: "h", PID: 9, Label: "shard-session"}
+	owned := make(chan concurrency.Shard, 1)
+	cancel, errc := goShards(t, c, group, 1, func(ctx context.Context, sh concurrency.Shard) error {
+		owned <- sh
+		return nil // keep the shard, idle
+	}, concurrency.WithShardSession(concurrency.WithTTL(7), concurrency.WithOwner(o), concurrency.WithTracerProvider(tp)))
+	select {
+	case <-owned:
+	case err := <-errc:
+		t.Fatalf("Shards returned %v before owning its shard", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the member did not own its shard within 30 s")
+	}
+	g := inspectShards(t, c, group, 1)
+	if len(g.Members) != 1 || g.Members[0].Owner == nil || *g.Members[0].Owner != o {
+		t.Fatalf("InspectShards = %+v, want one member owned by %+v", g.Members, o)
+	}
+	ttl, err := c.TimeToLive(t.Context(), g.Members[0].Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl.GrantedTTL != 7 {
+		t.Errorf("the member's lease was granted a TTL of %d, want 7 (WithTTL)", ttl.GrantedTTL)
+	}
+	acquired := false
+	for _, sp := range rec.Ended() {
+		if sp.Name() == "concurrency.acquire" && spanAttrs(sp)[attr("lock")] == group+"/shard/0" {
+			acquired = true
+		}
+	}
+	if !acquired {
+		t.Errorf("no concurrency.acquire span for %s/shard/0 among %d ended spans", group, len(rec.Ended()))
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shards = %v, want context.Canceled", err)
+	}
 }
