@@ -53,6 +53,9 @@ type LeadOption func(*leadOptions)
 // any session. WithLease and WithContext are overridden: each term needs a
 // new lease, and Lead's own ctx, not the session's, says when to stop (the
 // sessions carry ctx's values).
+// An option NewSession would refuse (an Owner too large, a bad
+// WithHealthCheck, WithMaxHold or WithLockDelay) makes Lead return its
+// error, matching the option's sentinel, before any round trip.
 //
 // The TTL is how long a leadership outlives a leader that crashed without
 // resigning. The default is kept at 60 s, etcd's session default, rather
@@ -76,11 +79,11 @@ func WithLeadSession(opts ...SessionOption) LeadOption {
 	return withLeadSession("WithLeadSession", opts)
 }
 
-// withLeadSession is WithLeadSession, reporting an invalid owner under the
-// name of the option that gave it.
+// withLeadSession is WithLeadSession, reporting an option no session
+// would take under the name of the option that gave it.
 func withLeadSession(option string, opts []SessionOption) LeadOption {
 	return func(o *leadOptions) {
-		if err := termOwnerErr(option, opts); err != nil && o.err == nil {
+		if err := termOptionsErr(option, opts); err != nil && o.err == nil {
 			o.err = err
 		}
 		o.session = append(o.session, opts...)

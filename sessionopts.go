@@ -44,25 +44,36 @@ func sessionOptionsFor(client *clientv3.Client, opts []SessionOption) (sessionOp
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.maxHold != 0 && o.maxHold < time.Second {
-		return o, "", fmt.Errorf("%w: WithMaxHold(%v)", ErrInvalidMaxHold, o.maxHold)
-	}
-	if o.lockDelay < 0 {
-		return o, "", fmt.Errorf("%w: WithLockDelay(%v)", ErrInvalidLockDelay, o.lockDelay)
-	}
-	if o.health != nil {
-		if err := o.health.valid(); err != nil {
-			return o, "", err
-		}
+	record, err := o.check()
+	if err != nil {
+		return o, "", err
 	}
 	if o.badTTL {
 		client.GetLogger().Warn("concurrency: WithTTL(): TTL should be > 0, keeping the current TTL", zap.Int("ttl", o.ttl))
 	}
-	if o.owner == nil {
-		return o, "", nil
+	return o, record, nil
+}
+
+// check returns the error, matching its option's sentinel, of an option
+// NewSession refuses, and the owner record to write ("" without
+// WithOwner). Lead and Shards call it before their first term, so that
+// an option no session would take ends them at once.
+func (o *sessionOptions) check() (string, error) {
+	if o.maxHold != 0 && o.maxHold < time.Second {
+		return "", fmt.Errorf("%w: WithMaxHold(%v)", ErrInvalidMaxHold, o.maxHold)
 	}
-	record, err := ownerRecord(*o.owner)
-	return o, record, err
+	if o.lockDelay < 0 {
+		return "", fmt.Errorf("%w: WithLockDelay(%v)", ErrInvalidLockDelay, o.lockDelay)
+	}
+	if o.health != nil {
+		if err := o.health.valid(); err != nil {
+			return "", err
+		}
+	}
+	if o.owner == nil {
+		return "", nil
+	}
+	return ownerRecord(*o.owner)
 }
 
 // SessionOption configures a Session.

@@ -91,15 +91,18 @@ func WithShardWeight(w int) ShardOption {
 // overridden: each session needs a new lease, and Shards' own ctx, not the
 // session's, says when to stop (the sessions carry ctx's values).
 // WithYield is always given: a member hands its shards over when asked.
+// An option NewSession would refuse (an Owner too large, a bad
+// WithHealthCheck, WithMaxHold or WithLockDelay) makes Shards return its
+// error, matching the option's sentinel, before any round trip.
 func WithShardSession(opts ...SessionOption) ShardOption {
 	return withShardSession("WithShardSession", opts)
 }
 
-// withShardSession is WithShardSession, reporting an invalid owner under
-// the name of the option that gave it.
+// withShardSession is WithShardSession, reporting an option no session
+// would take under the name of the option that gave it.
 func withShardSession(option string, opts []SessionOption) ShardOption {
 	return func(o *shardOptions) {
-		if err := termOwnerErr(option, opts); err != nil && o.err == nil {
+		if err := termOptionsErr(option, opts); err != nil && o.err == nil {
 			o.err = err
 		}
 		o.session = append(o.session, opts...)

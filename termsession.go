@@ -88,15 +88,13 @@ func termOptions(opts []SessionOption) sessionOptions {
 	return o
 }
 
-// termOwnerErr is the error of an owner among opts that no session could
-// record, named by the option that gave it (nil: none, or a valid one),
-// so that a runner reports it at once rather than at each term.
-func termOwnerErr(option string, opts []SessionOption) error {
+// termOptionsErr is the error of an option among opts that no session
+// would take (an owner too large to record, a bad health check, max hold
+// or lock delay), named by the runner's option that gave it (nil: none),
+// so that a runner returns it at once rather than retrying each term.
+func termOptionsErr(option string, opts []SessionOption) error {
 	o := termOptions(opts)
-	if o.owner == nil {
-		return nil
-	}
-	if _, err := ownerRecord(*o.owner); err != nil {
+	if _, err := o.check(); err != nil {
 		return fmt.Errorf("%s: %w", option, err)
 	}
 	return nil

@@ -647,4 +647,29 @@ func TestLeadSessionOptions(t *testing.T) {
 	if !errors.Is(err, concurrency.ErrInvalidOwner) || !strings.Contains(err.Error(), "WithLeadSession") {
 		t.Fatalf("Lead WithLeadSession(WithOwner(2000-byte label)) = %v, want ErrInvalidOwner naming WithLeadSession", err)
 	}
+
+	// Options no session would take end Lead at once; it retried them
+	// each term, for ever, before.
+	check := func(context.Context) error { return nil }
+	for _, tc := range []struct {
+		name string
+		opt  concurrency.LeadOption
+		want error
+	}{
+		{"WithLeadSession(WithHealthCheck(0, 1, check))", concurrency.WithLeadSession(concurrency.WithHealthCheck(0, 1, check)), concurrency.ErrInvalidHealthCheck},
+		{"WithLeadHealthCheck(time.Second, 0, check)", concurrency.WithLeadHealthCheck(time.Second, 0, check), concurrency.ErrInvalidHealthCheck},
+		{"WithLeadSession(WithMaxHold(time.Millisecond))", concurrency.WithLeadSession(concurrency.WithMaxHold(time.Millisecond)), concurrency.ErrInvalidMaxHold},
+		{"WithLeadSession(WithLockDelay(-time.Second))", concurrency.WithLeadSession(concurrency.WithLockDelay(-time.Second)), concurrency.ErrInvalidLockDelay},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		err := concurrency.Lead(ctx, c, pfx, "v", func(context.Context, *concurrency.Election) error {
+			t.Errorf("Lead %s ran fn", tc.name)
+			return nil
+		}, tc.opt)
+		cancel()
+		if !errors.Is(err, tc.want) {
+			t.Errorf("Lead %s = %v, want an error matching %v", tc.name, err, tc.want)
+		}
+	}
+	etcdtest.WaitKeys(t, c, pfx, 0)
 }

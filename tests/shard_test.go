@@ -578,4 +578,28 @@ func TestShardsSessionOptions(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Shards = %v, want context.Canceled", err)
 	}
+
+	// Options no session would take end Shards at once; it retried them
+	// each term, for ever, before.
+	check := func(context.Context) error { return nil }
+	for _, tc := range []struct {
+		name string
+		opt  concurrency.ShardOption
+		want error
+	}{
+		{"WithShardSession(WithHealthCheck(0, 1, check))", concurrency.WithShardSession(concurrency.WithHealthCheck(0, 1, check)), concurrency.ErrInvalidHealthCheck},
+		{"WithShardSession(WithMaxHold(time.Millisecond))", concurrency.WithShardSession(concurrency.WithMaxHold(time.Millisecond)), concurrency.ErrInvalidMaxHold},
+		{"WithShardSession(WithLockDelay(-time.Second))", concurrency.WithShardSession(concurrency.WithLockDelay(-time.Second)), concurrency.ErrInvalidLockDelay},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		err := concurrency.Shards(ctx, c, group, 1, func(context.Context, concurrency.Shard) error {
+			t.Errorf("Shards %s ran fn", tc.name)
+			return nil
+		}, tc.opt)
+		cancel()
+		if !errors.Is(err, tc.want) {
+			t.Errorf("Shards %s = %v, want an error matching %v", tc.name, err, tc.want)
+		}
+	}
+	etcdtest.WaitKeys(t, c, group, 0)
 }
