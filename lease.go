@@ -10,6 +10,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds the leases that the package grants and revokes: a
@@ -62,7 +64,7 @@ func grantLease(ctx context.Context, client *clientv3.Client, d time.Duration, t
 			var n int
 			resp, n, err = ask(ctx, client, d, classWrite, func(ctx context.Context) (*pb.LeaseGrantResponse, error) {
 				resp, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: ttl, ID: int64(id)})
-				return resp, rpcErr(ctx, err)
+				return resp, request.RPCErr(ctx, err)
 			})
 			sent += n
 			return err

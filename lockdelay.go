@@ -175,7 +175,7 @@ func (h *hold) delayGrant(ctx context.Context, pfx string, behind int64, d time.
 		case wctx.Err() != nil:
 			return context.Cause(wctx)
 		}
-		b.sleep(wctx) // refused (permission): try again
+		b.Sleep(wctx) // refused (permission): try again
 	}
 }
 

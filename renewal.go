@@ -18,6 +18,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // renewers holds each client's renewer while a session of the client
@@ -228,7 +230,7 @@ func (r *renewer) openStream(ctx context.Context, avoid map[string]bool) (pb.Lea
 		ks, err := r.lc.LeaseKeepAlive(sctx, grpc.WaitForReady(true))
 		if err != nil {
 			cancel()
-			return nil, "", rpcErr(ctx, err)
+			return nil, "", request.RPCErr(ctx, err)
 		}
 		var addr string
 		if p, ok := peer.FromContext(ks.Context()); ok && p.Addr != nil {
@@ -294,7 +296,7 @@ func (r *renewer) receive(ctx context.Context, s *renewStream, ks pb.Lease_Lease
 		}
 		switch {
 		case err != nil:
-			r.fail(s, rpcErr(ctx, err))
+			r.fail(s, request.RPCErr(ctx, err))
 		case i < 0:
 			r.fail(s, fmt.Errorf("concurrency: keepalive answer for lease %x, which no renewal on the stream asked for", resp.ID))
 		default:

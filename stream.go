@@ -12,6 +12,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds the gRPC streams that carry the package's watches, and
@@ -313,7 +315,7 @@ func (st *stream) drop(w *watch) {
 // stream since the request (clientv3 creates the probe's watch behind
 // those it is creating already), is the stream silent: the probe
 // moves the client's stream on and ends every watch of the stream, whose
-// waits then see errNoAnswer (see watch.closed), read again and watch
+// waits then see request.ErrNoAnswer (see watch.closed), read again and watch
 // anew. A silent stream is given up within 1.5 idle + 2 wait of the last
 // word heard on it. A watch that etcd is slow to create behind many
 // others is not a member until created (see openWatch): creation is not
@@ -421,7 +423,7 @@ func (p *probe) run() {
 		p.t.Reset(p.untilAsk())
 	default:
 		g.moveOn(st.key.n)
-		st.silent = fmt.Errorf("%w: the watch stream said nothing for %v", errNoAnswer, l.idle+2*l.wait)
+		st.silent = fmt.Errorf("%w: the watch stream said nothing for %v", request.ErrNoAnswer, l.idle+2*l.wait)
 		for w := range st.watches {
 			w.cancel()
 		}

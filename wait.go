@@ -108,7 +108,7 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 				return nil, err
 			}
 		}
-		b.reset()
+		b.Reset()
 		if j.holds {
 			return j.hdr, nil
 		}
@@ -287,7 +287,7 @@ func (s *Session) waitErr(ctx context.Context) error {
 func (s *Session) sleep(ctx context.Context, b *backoff) bool {
 	c, stop := s.during(ctx)
 	defer stop()
-	return b.sleep(c)
+	return b.Sleep(c)
 }
 
 // getDuring is s.get for a wait on ctx, cut short by the session's end

@@ -7,6 +7,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds the package's watches: opening one on a stream that
@@ -46,7 +48,7 @@ func watchAfter(ctx context.Context, client *clientv3.Client, l liveness, key st
 //
 // No part of it trusts a silent stream (see openWatch and probe): if etcd
 // does not create the watch in time, or the stream stops answering, it
-// returns an error matching errNoAnswer, for the caller to read again and
+// returns an error matching request.ErrNoAnswer, for the caller to read again and
 // watch anew, on a new stream.
 //
 // Whatever else ends the watch (ctx, the end of life, the stream's
@@ -78,7 +80,7 @@ func watchUntil(ctx context.Context, life context.Context, client *clientv3.Clie
 			return err
 		}
 		if wr.Created {
-			b.reset()
+			b.Reset()
 		}
 		if done, err := fn(wr); done || err != nil {
 			return err
@@ -103,7 +105,7 @@ type watch struct {
 }
 
 // closed is the error of a watch whose channel has closed: ctx's, the
-// cause of the end of life (if not nil), errNoAnswer if the stream's probe
+// cause of the end of life (if not nil), request.ErrNoAnswer if the stream's probe
 // found it silent, else errWatchClosed.
 func (w *watch) closed(ctx context.Context, life context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
@@ -139,7 +141,7 @@ func (w *watch) requestProgress(ctx context.Context) {
 // a silent stream, never. So openWatch waits l.wait at most; if etcd has
 // not answered by then, and nobody heard from the stream within l.wait
 // either, the stream is silent: it moves the client's stream on and
-// returns an error matching errNoAnswer. If life is not nil (a session's),
+// returns an error matching request.ErrNoAnswer. If life is not nil (a session's),
 // its end ends the watch, and the wait for its creation, too; the error is
 // then life's cause.
 func openWatch(ctx context.Context, life context.Context, client *clientv3.Client, l liveness, key string, opts ...clientv3.OpOption) (*watch, error) {
@@ -171,7 +173,7 @@ func openWatch(ctx context.Context, life context.Context, client *clientv3.Clien
 			// stream that answers them. Only a stream nobody heard from
 			// is silent.
 			st.g.moveOn(st.key.n)
-			err = fmt.Errorf("%w: etcd did not create a watch of %q within %v", errNoAnswer, key, l.wait)
+			err = fmt.Errorf("%w: etcd did not create a watch of %q within %v", request.ErrNoAnswer, key, l.wait)
 		}
 		st.leave()
 		if err != nil {
