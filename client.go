@@ -7,6 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency/internal/request"
+	"github.com/seed-a9d410c6/concurrency/internal/watch"
 )
 
 // This file holds what the package keeps per etcd client: one state,
@@ -14,9 +15,11 @@ import (
 // client is closed.
 
 // clientState is what the package keeps of one client: what its
-// requests have shown lately (see ask).
+// requests have shown lately (see ask), and the streams of its watches
+// (see watchUntil).
 type clientState struct {
 	answers request.Answers
+	streams *watch.Streams
 }
 
 // clients holds each client's state, until the client is closed.
@@ -29,7 +32,7 @@ func stateOf(client *clientv3.Client) *clientState {
 	if st, ok := clients.Load(client); ok {
 		return st.(*clientState)
 	}
-	st, loaded := clients.LoadOrStore(client, &clientState{})
+	st, loaded := clients.LoadOrStore(client, &clientState{streams: watch.NewStreams(client)})
 	if !loaded {
 		context.AfterFunc(client.Ctx(), func() { clients.Delete(client) })
 	}

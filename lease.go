@@ -22,7 +22,7 @@ import (
 // grantFor grants a lease of its own for d, rounded up to whole seconds,
 // that nobody renews (a max hold's, a lock-delay's), as grantLease does.
 func (s *Session) grantFor(ctx context.Context, d time.Duration) (clientv3.LeaseID, error) {
-	id, _, err := grantLease(ctx, s.client, s.live().wait, int64((d+time.Second-1)/time.Second))
+	id, _, err := grantLease(ctx, s.client, s.live().Wait, int64((d+time.Second-1)/time.Second))
 	return id, err
 }
 

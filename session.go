@@ -125,7 +125,7 @@ func NewSession(client *clientv3.Client, opts ...SessionOption) (*Session, error
 	// Unlike etcd's (#19778), the first round trip never waits forever
 	// for a cluster that does not answer: it is asked as every request of
 	// a session is (see ask), and bounded by newSessionTimeout.
-	wait := livenessFor(time.Duration(o.ttl) * time.Second).wait
+	wait := livenessFor(time.Duration(o.ttl) * time.Second).Wait
 	gctx, cancel := context.WithTimeoutCause(o.ctx, newSessionTimeout(o.ttl),
 		fmt.Errorf("%w: NewSession: etcd did not answer within %v", context.DeadlineExceeded, newSessionTimeout(o.ttl)))
 	defer cancel()
@@ -306,11 +306,16 @@ func (s *Session) Close() error {
 
 // live is how long the session's waits and holds trust a silent
 // connection (see liveness).
-func (s *Session) live() liveness { return livenessFor(s.ttl) }
+func (s *Session) live() liveness {
+	if s.ttl == 0 {
+		return livenessFor(defaultSessionTTL * time.Second) // WithLease on a missing lease: no TTL known
+	}
+	return livenessFor(s.ttl)
+}
 
 // sessionAsk is ask on the session's client, with its liveness wait.
 func sessionAsk[T any](ctx context.Context, s *Session, c int, op func(ctx context.Context) (T, error)) (T, int, error) {
-	return ask(ctx, s.client, s.live().wait, c, op)
+	return ask(ctx, s.client, s.live().Wait, c, op)
 }
 
 // get is a linearizable read of key, asked as ask does.

@@ -126,7 +126,7 @@ func (g *shardMember) failed(ctx context.Context, l *leader, err error) (bool, e
 // two members of different counts that joined at once, the younger (by
 // create revision) leaves. On an error, join's leave deletes the key.
 func (m *membership) register(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(ctx, m.s.live().wait*4)
+	rctx, cancel := context.WithTimeout(ctx, m.s.live().Wait*4)
 	defer cancel()
 	mp := m.group + "/members/"
 	resp, err := m.s.get(rctx, mp, clientv3.WithPrefix())
@@ -176,7 +176,7 @@ type groupView struct {
 
 // sync reads the group's keys into a new view.
 func (m *membership) sync(ctx context.Context) (*groupView, error) {
-	rctx, cancel := context.WithTimeout(ctx, m.s.live().wait*4)
+	rctx, cancel := context.WithTimeout(ctx, m.s.live().Wait*4)
 	defer cancel()
 	resp, err := m.s.get(rctx, m.group+"/", clientv3.WithPrefix())
 	if err != nil {
@@ -339,7 +339,7 @@ func (m *membership) fatal(ctx context.Context, err error) error {
 // asks the owners of the shards it waits for to yield, once its key waits
 // there.
 func (m *membership) plan(ctx context.Context, gv *groupView) error {
-	rctx, cancel := context.WithTimeout(ctx, m.s.live().wait*4)
+	rctx, cancel := context.WithTimeout(ctx, m.s.live().Wait*4)
 	defer cancel()
 	kvs := make([]*mvccpb.KeyValue, 0, len(gv.kvs))
 	for _, kv := range gv.kvs {
