@@ -6,6 +6,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/seed-a9d410c6/concurrency/internal/renew"
 	"github.com/seed-a9d410c6/concurrency/internal/request"
 	"github.com/seed-a9d410c6/concurrency/internal/watch"
 )
@@ -15,11 +16,12 @@ import (
 // client is closed.
 
 // clientState is what the package keeps of one client: what its
-// requests have shown lately (see ask), and the streams of its watches
-// (see watchUntil).
+// requests have shown lately (see ask), the streams of its watches (see
+// watchUntil), and the renewer of its sessions' leases (see useRenewer).
 type clientState struct {
-	answers request.Answers
-	streams *watch.Streams
+	answers  request.Answers
+	streams  *watch.Streams
+	renewers renew.Shared
 }
 
 // clients holds each client's state, until the client is closed.
