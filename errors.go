@@ -1,6 +1,10 @@
 package concurrency
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
+)
 
 // Errors returned by this package. Match them with errors.Is: most are
 // returned wrapped, with the key, lease or revision they concern.
@@ -163,8 +167,9 @@ var (
 	// wait, a request. A session whose client is closed ends at once (with
 	// or without WithContext): the cause of its Ctx, and of its holds',
 	// wraps ErrSessionExpired and ErrClientClosed. Nothing is revoked or
-	// deleted: the keys stay until the lease expires.
-	ErrClientClosed = errors.New("concurrency: client closed")
+	// deleted: the keys stay until the lease expires. (The request layer,
+	// internal/request, defines it: the same value.)
+	ErrClientClosed = request.ErrClientClosed
 )
 
 // errLeaseLost is wrapped by the causes that say the lease is gone from the

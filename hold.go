@@ -247,7 +247,7 @@ func (h *hold) promote() {
 				Then(clientv3.OpPut(h.key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).
 				Commit()
 			cancel()
-			if err == nil || !b.sleep(ctx) {
+			if err == nil || !b.Sleep(ctx) {
 				return
 			}
 		}

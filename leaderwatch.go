@@ -120,7 +120,7 @@ func (w *leaderWatch) report() {
 // read reads the candidates, reports the leader, and returns the revision
 // read.
 func (w *leaderWatch) read(ctx context.Context) (int64, error) {
-	resp, _, err := ask(ctx, w.cli, w.l.wait, classRead, func(ctx context.Context) (*clientv3.GetResponse, error) {
+	resp, _, err := ask(ctx, w.cli, w.l.Wait, classRead, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return w.cli.Get(ctx, w.pfx, clientv3.WithPrefix())
 	})
 	if err != nil {
@@ -143,23 +143,23 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 	if err != nil {
 		return err
 	}
-	defer func() { wt.close() }()
+	defer func() { wt.Close() }()
 	replayed := false
 	seen, target := rev, int64(0) // target: etcd's revision once fin ended
 	finc := fin.Done()
 	for {
 		select {
-		case <-wt.done:
+		case <-wt.Done():
 			// ctx ended or the stream was found silent (see probe), and
 			// clientv3 may not close the channel yet (see watchUntil).
-			return wt.closed(ctx, nil, w.pfx)
-		case wr, ok := <-wt.ch:
+			return wt.Closed(ctx, nil, w.pfx)
+		case wr, ok := <-wt.C():
 			if !ok {
 				// ctx ended, the stream was found silent, or clientv3
 				// lost it.
-				return wt.closed(ctx, nil, w.pfx)
+				return wt.Closed(ctx, nil, w.pfx)
 			}
-			wt.st.heard()
+			wt.Heard()
 			if err := wr.Err(); err != nil {
 				return err
 			}
@@ -167,7 +167,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 				// Something was written between the read and the watch
 				// (see missed): etcd has written rev+1 by now, so watch
 				// again from it, to apply every event after the read.
-				wt.close()
+				wt.Close()
 				replayed = true
 				if wt, err = openWatch(ctx, nil, w.cli, w.l, w.pfx, clientv3.WithPrefix(), clientv3.WithRev(rev+1)); err != nil {
 					return err
@@ -181,7 +181,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 			}
 		case <-finc:
 			finc = nil
-			resp, _, err := ask(ctx, w.cli, w.l.wait, classRead, func(ctx context.Context) (*clientv3.GetResponse, error) {
+			resp, _, err := ask(ctx, w.cli, w.l.Wait, classRead, func(ctx context.Context) (*clientv3.GetResponse, error) {
 				return w.cli.Get(ctx, w.pfx, clientv3.WithCountOnly())
 			})
 			if err != nil {
@@ -190,7 +190,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 			target = resp.Header.Revision
 			// Without events after seen, only a progress notification
 			// tells that there are none.
-			wt.requestProgress(ctx)
+			wt.RequestProgress(ctx)
 		}
 		if target > 0 && seen >= target {
 			return nil

@@ -195,7 +195,7 @@ func (h *hold) waitDelay(ctx context.Context, dk string, create, seen int64) err
 		case wctx.Err() != nil:
 			return context.Cause(wctx)
 		}
-		b.sleep(wctx) // refused (permission): try again
+		b.Sleep(wctx) // refused (permission): try again
 	}
 }
 

@@ -449,7 +449,7 @@ func (m *Semaphore) SetLimit(ctx context.Context, n int) error {
 		}
 		// Keys came or went between the read and the rewrite, or etcd
 		// did not answer: read again.
-		if !b.sleep(ctx) {
+		if !b.Sleep(ctx) {
 			return ctx.Err()
 		}
 	}

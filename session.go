@@ -118,7 +118,7 @@ type grantedLease struct {
 // it. A lease that does not exist is no error: it is reported in missing.
 func grantSession(gctx context.Context, client *clientv3.Client, o sessionOptions) (grantedLease, error) {
 	l := grantedLease{id: o.leaseID, sent: time.Now()}
-	wait := livenessFor(time.Duration(o.ttl) * time.Second).wait
+	wait := livenessFor(time.Duration(o.ttl) * time.Second).Wait
 	if l.id == clientv3.NoLease {
 		id, granted, err := grantLease(gctx, client, wait, int64(o.ttl))
 		if err != nil {
@@ -303,11 +303,16 @@ func (s *Session) Close() error {
 
 // live is how long the session's waits and holds trust a silent
 // connection (see liveness).
-func (s *Session) live() liveness { return livenessFor(s.ttl) }
+func (s *Session) live() liveness {
+	if s.ttl == 0 {
+		return livenessFor(defaultSessionTTL * time.Second) // WithLease on a missing lease: no TTL known
+	}
+	return livenessFor(s.ttl)
+}
 
 // sessionAsk is ask on the session's client, with its liveness wait.
 func sessionAsk[T any](ctx context.Context, s *Session, c int, op func(ctx context.Context) (T, error)) (T, int, error) {
-	return ask(ctx, s.client, s.live().wait, c, op)
+	return ask(ctx, s.client, s.live().Wait, c, op)
 }
 
 // get is a linearizable read of key, asked as ask does.

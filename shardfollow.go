@@ -37,7 +37,7 @@ type groupView struct {
 
 // sync reads the group's keys into a new view.
 func (m *membership) sync(ctx context.Context) (*groupView, error) {
-	rctx, cancel := context.WithTimeout(ctx, m.s.live().wait*4)
+	rctx, cancel := context.WithTimeout(ctx, m.s.live().Wait*4)
 	defer cancel()
 	resp, err := m.s.get(rctx, m.group+"/", clientv3.WithPrefix())
 	if err != nil {
@@ -223,7 +223,7 @@ func (m *membership) fatal(ctx context.Context, err error) error {
 // asks the owners of the shards it waits for to yield, once its key waits
 // there.
 func (m *membership) plan(ctx context.Context, gv *groupView) error {
-	rctx, cancel := context.WithTimeout(ctx, m.s.live().wait*4)
+	rctx, cancel := context.WithTimeout(ctx, m.s.live().Wait*4)
 	defer cancel()
 	kvs := make([]*mvccpb.KeyValue, 0, len(gv.kvs))
 	for _, kv := range gv.kvs {

@@ -125,7 +125,7 @@ func (g *shardMember) permanent(err error) error { return termPermanent(g.cli, "
 // two members of different counts that joined at once, the younger (by
 // create revision) leaves. On an error, join's leave deletes the key.
 func (m *membership) register(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(ctx, m.s.live().wait*4)
+	rctx, cancel := context.WithTimeout(ctx, m.s.live().Wait*4)
 	defer cancel()
 	mp := membersPrefix(m.group)
 	resp, err := m.s.get(rctx, mp, clientv3.WithPrefix())

@@ -23,7 +23,7 @@
 set -eu
 cd "$(dirname "$0")"
 sh faults/setup.sh
-go test -count=1 -timeout 45m "$@" . ./prometheus/... ./tests/... ./internal/testkit/... ./faults/... ./cmd/etcdlock/... ./cmd/lockbench/...
+go test -count=1 -timeout 45m "$@" . ./internal/request/... ./internal/watch/... ./internal/renew/... ./prometheus/... ./tests/... ./internal/testkit/... ./faults/... ./cmd/etcdlock/... ./cmd/lockbench/...
 # The compatibility job: the core tests against real etcd 3.4 to 3.7
 # servers, with the client at the floor and at the newest release.
 sh compat/run.sh

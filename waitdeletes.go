@@ -108,7 +108,7 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 				return nil, err
 			}
 		}
-		b.reset()
+		b.Reset()
 		if j.holds {
 			return j.hdr, nil
 		}
@@ -247,18 +247,6 @@ func waitRange(ctx context.Context, s *Session, over, wake string, seenRev int64
 	}
 }
 
-// missed reports whether wr is the created response of a watch that began
-// after revision rev, which a read saw last: something written in between
-// may have been missed, and the caller reads again. The package's watches
-// start at the server's current revision rather than at rev+1: etcd
-// answers a progress request (see probe) only once every watch of the
-// stream has reached its start revision, so one watch waiting for a
-// revision not yet written would leave every other watch of the stream
-// without an answer while the cluster is idle.
-func missed(wr clientv3.WatchResponse, rev int64) bool {
-	return wr.Created && wr.Header.Revision > rev
-}
-
 // during returns a context for one step of a wait on ctx (a read, a
 // sleep): it ends with ctx, or with the session's life, with its cause.
 // stop releases it.
@@ -287,7 +275,7 @@ func (s *Session) waitErr(ctx context.Context) error {
 func (s *Session) sleep(ctx context.Context, b *backoff) bool {
 	c, stop := s.during(ctx)
 	defer stop()
-	return b.sleep(c)
+	return b.Sleep(c)
 }
 
 // getDuring is s.get for a wait on ctx, cut short by the session's end

@@ -51,7 +51,7 @@ func WatchShards(ctx context.Context, cli *clientv3.Client, group string, n int,
 	for ctx.Err() == nil && cli.Ctx().Err() == nil {
 		rev, err := report()
 		if err == nil {
-			b.reset()
+			b.Reset()
 			wch := cli.Watch(clientv3.WithRequireLeader(ctx), group+"/", clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 			for wr := range wch {
 				if wr.Err() != nil {
@@ -64,7 +64,7 @@ func WatchShards(ctx context.Context, cli *clientv3.Client, group string, n int,
 				}
 			}
 		}
-		if !b.pause(ctx, cli) {
+		if !b.Pause(ctx, cli) {
 			break
 		}
 	}

@@ -54,7 +54,7 @@ func (h *hold) watchYield(ctx context.Context) {
 			}
 			return
 		}
-		if err != nil && !b.sleep(ctx) {
+		if err != nil && !b.Sleep(ctx) {
 			return
 		}
 	}

@@ -1,4 +1,4 @@
-package concurrency
+package renew
 
 import (
 	"testing"
@@ -10,13 +10,12 @@ import (
 // the margin.
 func TestRenewIn(t *testing.T) {
 	for _, ttl := range []time.Duration{9 * time.Second, 60 * time.Second, 90 * time.Second} {
-		s := &Session{ttl: ttl}
 		for range 50 {
 			before := time.Now()
-			d := s.renewIn(0)
+			d := In(ttl, 0)
 			after := time.Now()
-			if want := ttl/3 - margin(ttl); d > want || d <= want-renewGrid {
-				t.Fatalf("TTL %v: renewIn %v, want in (%v, %v]", ttl, d, want-renewGrid, want)
+			if want := ttl/3 - Margin(ttl); d > want || d <= want-renewGrid {
+				t.Fatalf("TTL %v: In %v, want in (%v, %v]", ttl, d, want-renewGrid, want)
 			}
 			// The send time is on the grid, as seen at some instant
 			// between the two readings of the clock.
@@ -28,8 +27,8 @@ func TestRenewIn(t *testing.T) {
 		}
 	}
 	for _, ttl := range []time.Duration{3 * time.Second, 5 * time.Second} {
-		if d := (&Session{ttl: ttl}).renewIn(0); d != ttl/3-margin(ttl) {
-			t.Fatalf("TTL %v: renewIn %v, want TTL/3 minus the margin", ttl, d)
+		if d := In(ttl, 0); d != ttl/3-Margin(ttl) {
+			t.Fatalf("TTL %v: In %v, want TTL/3 minus the margin", ttl, d)
 		}
 	}
 }
@@ -48,16 +47,15 @@ func TestRenewInLate(t *testing.T) {
 		{60 * time.Second, 38 * time.Second},
 		{3 * time.Second, 2 * time.Second},
 	} {
-		s := &Session{ttl: tc.ttl}
-		d := s.renewIn(tc.rtt)
-		deadline := tc.ttl - margin(tc.ttl)
+		d := In(tc.ttl, tc.rtt)
+		deadline := tc.ttl - Margin(tc.ttl)
 		switch {
 		case d < renewGrid-time.Millisecond:
-			t.Errorf("TTL %v, round trip %v: renewIn %v, under the grid", tc.ttl, tc.rtt, d)
-		case d > tc.ttl/3-margin(tc.ttl):
-			t.Errorf("TTL %v, round trip %v: renewIn %v, over TTL/3 minus the margin", tc.ttl, tc.rtt, d)
+			t.Errorf("TTL %v, round trip %v: In %v, under the grid", tc.ttl, tc.rtt, d)
+		case d > tc.ttl/3-Margin(tc.ttl):
+			t.Errorf("TTL %v, round trip %v: In %v, over TTL/3 minus the margin", tc.ttl, tc.rtt, d)
 		case d > renewGrid && d+tc.rtt > deadline-renewSlack:
-			t.Errorf("TTL %v, round trip %v: renewIn %v: the answer comes %v after the send, past %v", tc.ttl, tc.rtt, d, d+tc.rtt, deadline-renewSlack)
+			t.Errorf("TTL %v, round trip %v: In %v: the answer comes %v after the send, past %v", tc.ttl, tc.rtt, d, d+tc.rtt, deadline-renewSlack)
 		}
 	}
 }

@@ -1,11 +1,18 @@
-package concurrency
+// Package renew holds the concurrency package's renewals of leases that
+// need none of its types: the LeaseKeepAlive streams that the sessions of
+// one client renew on (Renewer), when a session renews and the
+// conservative deadline an answer gives (In, DeadlineAfter), and the
+// grant of a lease with an ID of its own (Grant). It stands on the request
+// layer (internal/request), and uses none of the package's names: it
+// takes a client and plain values.
+package renew
 
 // This file holds the stream that sessions renew their leases on: every
 // session of one client sends its renewals on one LeaseKeepAlive stream,
 // as etcd's package does, rather than opening a stream for each renewal
 // (KeepAliveOnce). A renewal that a stream keeps waiting is sent again on
 // a new stream, so that a silent connection or a slow stream holds up no
-// session (see renewer.renew).
+// session (see Renewer.renew).
 
 import (
 	"context"
@@ -18,16 +25,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
-// renewers holds each client's renewer while a session of the client
-// renews its lease.
-var renewers = struct {
-	sync.Mutex
-	m map[*clientv3.Client]*renewer
-}{m: make(map[*clientv3.Client]*renewer)}
-
-// renewer sends the renewals of one client's sessions.
+// Renewer sends the renewals of one client's sessions.
 //
 // An answer names its lease, and is matched to the oldest renewal of that
 // lease sent on its stream and not yet answered. etcd's members answer a
@@ -38,18 +40,17 @@ var renewers = struct {
 // which is what the session's deadline counts on. etcd's gRPC proxy
 // (`etcd grpc-proxy`) answers the renewals of different leases in any
 // order, each lease's in order, hence the match by lease.
-type renewer struct {
+type Renewer struct {
 	client *clientv3.Client
 	lc     pb.LeaseClient
-	users  int // sessions that renew with it; guarded by renewers' mutex
 
 	mu       sync.Mutex                // guards cur, streams, released and every stream's fields below kick
 	cur      *renewStream              // where new renewals go; nil before the first, or once it failed
 	streams  map[*renewStream]struct{} // the streams not yet ended
-	released bool                      // its last session released it: it opens no stream again
+	released bool                      // its last session released it (see Shared): it opens no stream again
 }
 
-// renewStream is one LeaseKeepAlive stream of a renewer.
+// renewStream is one LeaseKeepAlive stream of a Renewer.
 type renewStream struct {
 	cancel context.CancelFunc // ends the stream and its goroutines
 	kick   chan struct{}      // wakes the sender; holds one token at most
@@ -69,7 +70,7 @@ type renewStream struct {
 // renewal is one renewal sent on a renewStream.
 type renewal struct {
 	id      int64
-	waiting bool             // its caller still waits; guarded by renewer.mu
+	waiting bool             // its caller still waits; guarded by Renewer.mu
 	answer  chan renewAnswer // holds the answer (one at most)
 }
 
@@ -79,37 +80,47 @@ type renewAnswer struct {
 	err  error
 }
 
-// useRenewer returns client's renewer and counts one more session that
-// renews with it, until the returned function is called; with no
-// renewer, when client has no gRPC connection of its own (see
-// grantLease), that function does nothing.
-func useRenewer(client *clientv3.Client) (*renewer, func()) {
+// Shared is the Renewer of one client's sessions while any renews: the
+// first session that renews creates it, the last one ends it (see Use).
+// The zero value is ready to use; the package keeps one per client.
+type Shared struct {
+	mu    sync.Mutex
+	r     *Renewer // nil while no session renews
+	users int      // sessions that renew with r
+}
+
+// Use returns the client's Renewer and counts one more session that
+// renews with it, until the returned function is called; with the last
+// one, the Renewer ends its streams and opens none again. With no
+// Renewer, when client has no gRPC connection of its own (see Grant),
+// that function does nothing.
+func (sh *Shared) Use(client *clientv3.Client) (*Renewer, func()) {
 	conn := client.ActiveConnection()
 	if conn == nil {
 		return nil, func() {}
 	}
-	renewers.Lock()
-	defer renewers.Unlock()
-	r := renewers.m[client]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r := sh.r
 	if r == nil {
-		r = &renewer{client: client, lc: pb.NewLeaseClient(conn), streams: make(map[*renewStream]struct{})}
-		renewers.m[client] = r
+		r = &Renewer{client: client, lc: pb.NewLeaseClient(conn), streams: make(map[*renewStream]struct{})}
+		sh.r = r
 	}
-	r.users++
+	sh.users++
 	var once sync.Once
-	return r, func() { once.Do(r.release) }
+	return r, func() { once.Do(func() { sh.release(r) }) }
 }
 
-// release counts one session fewer, and with the last one ends the
-// renewer's stream and forgets the renewer.
-func (r *renewer) release() {
-	renewers.Lock()
-	defer renewers.Unlock()
-	r.users--
-	if r.users > 0 {
+// release counts one session fewer, and with the last one ends r's
+// streams and forgets r.
+func (sh *Shared) release(r *Renewer) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.users--
+	if sh.users > 0 {
 		return
 	}
-	delete(renewers.m, r.client)
+	sh.r = nil
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.released = true
@@ -118,10 +129,10 @@ func (r *renewer) release() {
 	}
 }
 
-// keepAliveOnce renews lease id once, as client.KeepAliveOnce does: on
-// r's stream, or, with no renewer, on a stream of its own. again says
-// that it is a second attempt of a renewal (see renewer.renew).
-func keepAliveOnce(ctx context.Context, r *renewer, client *clientv3.Client, id clientv3.LeaseID, again bool) (*clientv3.LeaseKeepAliveResponse, error) {
+// KeepAliveOnce renews lease id once, as client.KeepAliveOnce does: on
+// r's stream, or, with no Renewer (r nil), on a stream of its own. again
+// says that it is a second attempt of a renewal (see Renewer.renew).
+func KeepAliveOnce(ctx context.Context, r *Renewer, client *clientv3.Client, id clientv3.LeaseID, again bool) (*clientv3.LeaseKeepAliveResponse, error) {
 	if r == nil {
 		return client.KeepAliveOnce(ctx, id)
 	}
@@ -142,23 +153,23 @@ func keepAliveOnce(ctx context.Context, r *renewer, client *clientv3.Client, id 
 // time, so a stream of a client with many sessions can fall behind a
 // leader that is slow to answer each: the renewal goes on a new stream,
 // which becomes the current one), or this is a second attempt (again) of
-// a renewal of a lease that already has one waiting on the stream: ask
-// has sent it again (see ask) because its stream kept it waiting too
+// a renewal of a lease that already has one waiting on the stream:
+// request.Ask has sent it again because its stream kept it waiting too
 // long, so this one goes on a new stream, which becomes the current
 // stream. (A session's next renewal, sent while the last still waits on
 // a slow cluster, is no second attempt: it stays on the stream.) The new stream is opened on a connection to another member than
 // the streams that keep renewals waiting, if the client has one (see
 // openStream): renewals that all share a silent connection have no
-// answer to show that it is silent (see answers.lost), so each would wait
-// there until ask gives it up. The stream left is closed once no caller
+// answer to show that it is silent (see request.Answers), so each would wait
+// there until request.Ask gives it up. The stream left is closed once no caller
 // waits for a renewal sent on it. A renewal whose caller
 // stopped waiting stays on its stream until it is answered, and its
 // answer is dropped.
-func (r *renewer) renew(ctx context.Context, id int64, again bool) (*pb.LeaseKeepAliveResponse, error) {
+func (r *Renewer) renew(ctx context.Context, id int64, again bool) (*pb.LeaseKeepAliveResponse, error) {
 	rn := &renewal{id: id, waiting: true, answer: make(chan renewAnswer, 1)}
 	r.mu.Lock()
 	if r.released {
-		// A late attempt of a renewal (ask's, after its session ended and
+		// A late attempt of a renewal (request.Ask's, after its session ended and
 		// released r): a stream opened now would outlive every session.
 		r.mu.Unlock()
 		return nil, context.Canceled
@@ -203,7 +214,7 @@ const maxStreamDepth = 16
 // open starts a stream for r and returns it; r.mu is held. If avoid, the
 // stream avoids the members of the streams open that keep renewals
 // waiting.
-func (r *renewer) open(avoid bool) *renewStream {
+func (r *Renewer) open(avoid bool) *renewStream {
 	ctx, cancel := context.WithCancel(r.client.Ctx())
 	s := &renewStream{cancel: cancel, kick: make(chan struct{}, 1), avoid: make(map[string]bool), waiting: make(map[int64]int)}
 	for o := range r.streams {
@@ -222,13 +233,13 @@ func (r *renewer) open(avoid bool) *renewStream {
 // member in avoid is closed and another opened (the balancer picks round
 // robin), up to once per endpoint of the client; the last is kept
 // whatever its member.
-func (r *renewer) openStream(ctx context.Context, avoid map[string]bool) (pb.Lease_LeaseKeepAliveClient, string, error) {
+func (r *Renewer) openStream(ctx context.Context, avoid map[string]bool) (pb.Lease_LeaseKeepAliveClient, string, error) {
 	for tries := len(r.client.Endpoints()); ; tries-- {
 		sctx, cancel := context.WithCancel(ctx)
 		ks, err := r.lc.LeaseKeepAlive(sctx, grpc.WaitForReady(true))
 		if err != nil {
 			cancel()
-			return nil, "", rpcErr(ctx, err)
+			return nil, "", request.RPCErr(ctx, err)
 		}
 		var addr string
 		if p, ok := peer.FromContext(ks.Context()); ok && p.Addr != nil {
@@ -244,7 +255,7 @@ func (r *renewer) openStream(ctx context.Context, avoid map[string]bool) (pb.Lea
 
 // send opens s's gRPC stream (see openStream), starts its receiver, and
 // sends s's renewals in order until the stream ends.
-func (r *renewer) send(ctx context.Context, s *renewStream) {
+func (r *Renewer) send(ctx context.Context, s *renewStream) {
 	ks, addr, err := r.openStream(ctx, s.avoid)
 	r.mu.Lock()
 	s.addr = addr
@@ -284,7 +295,7 @@ func (r *renewer) send(ctx context.Context, s *renewStream) {
 // on s and not yet answered, until the stream ends; then it fails s with
 // the stream's error. An answer for a lease with no renewal sent is a
 // broken stream: it fails s.
-func (r *renewer) receive(ctx context.Context, s *renewStream, ks pb.Lease_LeaseKeepAliveClient) {
+func (r *Renewer) receive(ctx context.Context, s *renewStream, ks pb.Lease_LeaseKeepAliveClient) {
 	for {
 		resp, err := ks.Recv()
 		r.mu.Lock()
@@ -294,7 +305,7 @@ func (r *renewer) receive(ctx context.Context, s *renewStream, ks pb.Lease_Lease
 		}
 		switch {
 		case err != nil:
-			r.fail(s, rpcErr(ctx, err))
+			r.fail(s, request.RPCErr(ctx, err))
 		case i < 0:
 			r.fail(s, fmt.Errorf("concurrency: keepalive answer for lease %x, which no renewal on the stream asked for", resp.ID))
 		default:
@@ -315,7 +326,7 @@ func (r *renewer) receive(ctx context.Context, s *renewStream, ks pb.Lease_Lease
 }
 
 // answer gives rn its answer, if its caller still waits; r.mu is held.
-func (r *renewer) answer(s *renewStream, rn *renewal, a renewAnswer) {
+func (r *Renewer) answer(s *renewStream, rn *renewal, a renewAnswer) {
 	if rn.waiting {
 		r.forget(s, rn)
 		rn.answer <- a
@@ -323,7 +334,7 @@ func (r *renewer) answer(s *renewStream, rn *renewal, a renewAnswer) {
 }
 
 // forget stops counting rn as waited for; r.mu is held.
-func (r *renewer) forget(s *renewStream, rn *renewal) {
+func (r *Renewer) forget(s *renewStream, rn *renewal) {
 	rn.waiting = false
 	s.live--
 	if s.waiting[rn.id]--; s.waiting[rn.id] == 0 {
@@ -333,7 +344,7 @@ func (r *renewer) forget(s *renewStream, rn *renewal) {
 
 // fail ends s: its waiting renewals get err, and no renewal goes to it
 // again; r.mu is held.
-func (r *renewer) fail(s *renewStream, err error) {
+func (r *Renewer) fail(s *renewStream, err error) {
 	if s.failed {
 		return
 	}
@@ -351,7 +362,7 @@ func (r *renewer) fail(s *renewStream, err error) {
 
 // closeIfIdle ends s if it is no longer current and nobody waits for a
 // renewal sent on it; r.mu is held.
-func (r *renewer) closeIfIdle(s *renewStream) {
+func (r *Renewer) closeIfIdle(s *renewStream) {
 	if s != r.cur && s.live == 0 {
 		r.fail(s, context.Canceled)
 	}

@@ -1,4 +1,4 @@
-package concurrency
+package watch
 
 import (
 	"context"
@@ -12,21 +12,24 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds the gRPC streams that carry the package's watches, and
 // the probe of each: how a watch learns that its stream has gone silent.
 
-// streamGen numbers the gRPC streams that carry the package's watches on
-// one client, and holds those that have watches. clientv3 multiplexes
-// every watch of a client whose context has the same outgoing metadata
-// onto one stream, and keeps that stream, dead or not, while any of its
-// watches lives. When a stream is found silent (by its probe, or a watch
-// that etcd did not create in time) the number moves on (moveOn), so that
-// the watches opened after it on that client go on a new stream, which the
+// Streams numbers the gRPC streams that carry the package's watches on
+// one client, and holds those that have watches: one per client (the
+// package keeps it in the client's state). clientv3 multiplexes every
+// watch of a client whose context has the same outgoing metadata onto one
+// stream, and keeps that stream, dead or not, while any of its watches
+// lives. When a stream is found silent (by its probe, or a watch that etcd
+// did not create in time) the number moves on (moveOn), so that the
+// watches opened after it on that client go on a new stream, which the
 // balancer places on a connection of its choosing; the probe ends the
 // watches left on the silent one, and their waits open them anew.
-type streamGen struct {
+type Streams struct {
 	client *clientv3.Client
 	n      atomic.Int64 // the current stream's number
 
@@ -34,25 +37,12 @@ type streamGen struct {
 	streams map[streamKey]*stream
 }
 
-// streamGens holds the streamGen of each client with watches of the
-// package, until the client is closed.
-var streamGens sync.Map // *clientv3.Client → *streamGen
-
-// genOf returns client's streamGen.
-func genOf(client *clientv3.Client) *streamGen {
-	if g, ok := streamGens.Load(client); ok {
-		return g.(*streamGen)
-	}
-	g, loaded := streamGens.LoadOrStore(client, &streamGen{client: client})
-	if !loaded {
-		context.AfterFunc(client.Ctx(), func() { streamGens.Delete(client) })
-	}
-	return g.(*streamGen)
-}
+// NewStreams returns the Streams of client, with none open yet.
+func NewStreams(client *clientv3.Client) *Streams { return &Streams{client: client} }
 
 // moveOn moves the client's stream on from number n, unless that was done
 // already.
-func (g *streamGen) moveOn(n int64) { g.n.CompareAndSwap(n, n+1) }
+func (g *Streams) moveOn(n int64) { g.n.CompareAndSwap(n, n+1) }
 
 // watchStreamKey is the metadata key that carries a stream's number. etcd
 // ignores it; clientv3 picks a watch's stream by its context's metadata.
@@ -69,10 +59,10 @@ type streamKey struct {
 // stream is one gRPC stream of the package's watches on a client, and the
 // probe that keeps them from trusting it once it is silent.
 type stream struct {
-	g   *streamGen
+	g   *Streams
 	key streamKey
 	// md is the outgoing metadata of the stream's watches: a leader
-	// required (see watchUntil), the stream's number, and the caller's
+	// required (see Until), the stream's number, and the caller's
 	// own metadata if any. It is made once per stream and shared by its
 	// watches, which neither gRPC nor clientv3 write to (a map per watch
 	// cost about 550 bytes per waiter).
@@ -81,26 +71,25 @@ type stream struct {
 
 	// Guarded by g.mu:
 	users   int                 // watches open or being opened on the stream; forgotten at 0
-	watches map[*watch]struct{} // the open watches
+	watches map[*Watch]struct{} // the open watches
 	confirm string              // the key of a watch etcd created on the stream, for the probe's confirming watch
 	// l is the shortest liveness of the watches opened on the stream since
 	// it last had none: the probe serves the most demanding.
-	l      liveness
+	l      Liveness
 	p      *probe // while the stream has open watches; nil otherwise
 	silent error  // the probe found the stream silent: why; nil if not
 	// creating are the watches etcd is creating on the stream; expiry
 	// gives up those past their deadline (see create), armed for
 	// expiresAt (UnixNano; 0: not armed).
-	creating  map[*watch]struct{}
+	creating  map[*Watch]struct{}
 	expiry    *time.Timer
 	expiresAt int64
 }
 
-// joinStream returns the client's current stream for ctx's outgoing metadata,
+// join returns the client's current stream for ctx's outgoing metadata,
 // counting one more watch being opened on it (see leave), and ctx with the
 // stream's metadata.
-func joinStream(ctx context.Context, client *clientv3.Client) (*stream, context.Context) {
-	g := genOf(client)
+func (g *Streams) join(ctx context.Context) (*stream, context.Context) {
 	own, hasOwn := metadata.FromOutgoingContext(ctx) // a copy
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -127,7 +116,7 @@ func joinStream(ctx context.Context, client *clientv3.Client) (*stream, context.
 	return st, metadata.NewOutgoingContext(ctx, st.md)
 }
 
-// leaveLocked undoes joinStream for a watch that was not opened, or has been
+// leaveLocked undoes join for a watch that was not opened, or has been
 // dropped. The caller holds g.mu.
 func (st *stream) leaveLocked() {
 	st.users--
@@ -149,7 +138,7 @@ func (st *stream) leave() {
 // wctx has ended. One timer of the stream gives up the creations in
 // progress on it (see expire), not a timer per creation (a stopped timer
 // lingers in the runtime's heap of timers until it is cleaned).
-func (st *stream) create(w *watch, wctx context.Context, wait time.Duration, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, bool) {
+func (st *stream) create(w *Watch, wctx context.Context, wait time.Duration, key string, opts ...clientv3.OpOption) (clientv3.WatchChan, bool) {
 	st.pend(w, wait)
 	ch := st.g.client.Watch(wctx, key, opts...)
 	return ch, st.unpend(w) && wctx.Err() == nil
@@ -157,12 +146,12 @@ func (st *stream) create(w *watch, wctx context.Context, wait time.Duration, key
 
 // pend lists w among the watches being created, to be given up after
 // wait.
-func (st *stream) pend(w *watch, wait time.Duration) {
+func (st *stream) pend(w *Watch, wait time.Duration) {
 	st.g.mu.Lock()
 	defer st.g.mu.Unlock()
 	w.deadline = time.Now().Add(wait).UnixNano()
 	if st.creating == nil {
-		st.creating = make(map[*watch]struct{})
+		st.creating = make(map[*Watch]struct{})
 	}
 	st.creating[w] = struct{}{}
 	switch {
@@ -178,7 +167,7 @@ func (st *stream) pend(w *watch, wait time.Duration) {
 
 // unpend takes w off the watches being created, and reports whether its
 // creation was not given up.
-func (st *stream) unpend(w *watch) bool {
+func (st *stream) unpend(w *Watch) bool {
 	st.g.mu.Lock()
 	defer st.g.mu.Unlock()
 	delete(st.creating, w)
@@ -234,13 +223,13 @@ func (st *stream) silence() error {
 // add lists w, which etcd has just created on the stream as a watch of
 // key, for a wait with liveness l, and starts the stream's probe if w is
 // its first open watch.
-func (st *stream) add(w *watch, key string, l liveness) {
+func (st *stream) add(w *Watch, key string, l Liveness) {
 	st.heard()
 	st.g.mu.Lock()
 	defer st.g.mu.Unlock()
 	w.st = st
 	if st.watches == nil {
-		st.watches = make(map[*watch]struct{})
+		st.watches = make(map[*Watch]struct{})
 	}
 	st.watches[w] = struct{}{}
 	st.confirm = key
@@ -254,18 +243,18 @@ func (st *stream) add(w *watch, key string, l liveness) {
 	case st.p == nil:
 		st.l = l
 		st.p = newProbe(st)
-	case l.idle < st.l.idle || l.wait < st.l.wait:
+	case l.Idle < st.l.Idle || l.Wait < st.l.Wait:
 		// The probe's next run comes as soon as the new liveness asks:
 		// with a progress request out, once the new wait is over, not the
 		// old (TestWaitShorterLivenessJoinsAsked). A run in
 		// progress reschedules itself with it.
-		st.l = liveness{idle: min(l.idle, st.l.idle), wait: min(l.wait, st.l.wait)}
+		st.l = Liveness{Idle: min(l.Idle, st.l.Idle), Wait: min(l.Wait, st.l.Wait)}
 		switch p := st.p; {
 		case p.running != nil:
 		case p.asked.IsZero():
 			p.t.Reset(p.untilAsk())
 		default:
-			p.t.Reset(time.Until(p.asked.Add(st.l.wait)))
+			p.t.Reset(time.Until(p.asked.Add(st.l.Wait)))
 		}
 	}
 }
@@ -274,7 +263,7 @@ func (st *stream) add(w *watch, key string, l liveness) {
 // probe and waits for a run of it in progress to end, so that the probe
 // never sends a request on a stream without watches (clientv3 would open
 // the stream anew for it, and keep it until the client closes).
-func (st *stream) drop(w *watch) {
+func (st *stream) drop(w *Watch) {
 	st.g.mu.Lock()
 	delete(st.watches, w)
 	var running chan struct{}
@@ -313,10 +302,10 @@ func (st *stream) drop(w *watch) {
 // stream since the request (clientv3 creates the probe's watch behind
 // those it is creating already), is the stream silent: the probe
 // moves the client's stream on and ends every watch of the stream, whose
-// waits then see errNoAnswer (see watch.closed), read again and watch
+// waits then see request.ErrNoAnswer (see Watch.Closed), read again and watch
 // anew. A silent stream is given up within 1.5 idle + 2 wait of the last
 // word heard on it. A watch that etcd is slow to create behind many
-// others is not a member until created (see openWatch): creation is not
+// others is not a member until created (see Open): creation is not
 // silence.
 //
 // The probe runs on a timer of its own (time.AfterFunc), one run at a
@@ -346,7 +335,7 @@ func newProbe(st *stream) *probe {
 // the last word heard on it. The caller holds st.g.mu.
 func (p *probe) untilAsk() time.Duration {
 	l := p.st.l
-	return time.Until(time.Unix(0, p.st.heardAt.Load()).Add(l.idle + rand.N(l.idle/2)))
+	return time.Until(time.Unix(0, p.st.heardAt.Load()).Add(l.Idle + rand.N(l.Idle/2)))
 }
 
 // halt stops p's timer and ends its requests, and returns the channel
@@ -371,7 +360,7 @@ func (p *probe) run() {
 	}
 	l := st.l
 	asked := !p.asked.IsZero()
-	if asked && st.heardAt.Load() > p.asked.UnixNano() || !asked && st.heardWithin(l.idle) {
+	if asked && st.heardAt.Load() > p.asked.UnixNano() || !asked && st.heardWithin(l.Idle) {
 		p.asked = time.Time{}
 		p.t.Reset(p.untilAsk())
 		g.mu.Unlock()
@@ -385,43 +374,60 @@ func (p *probe) run() {
 	key := st.confirm
 	g.mu.Unlock()
 
-	alive := false
+	alive := p.ask(asked, l, key)
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p.running = nil
+	close(running)
+	p.settle(asked, alive, l)
+}
+
+// ask sends a progress request on the stream if none is out (asked), and
+// otherwise opens a watch of key on it, to make sure; it reports whether
+// the stream answered within l.Wait. Its requests end with the probe.
+func (p *probe) ask(asked bool, l Liveness, key string) (alive bool) {
+	st := p.st
 	if !asked {
-		rctx, cancel := context.WithTimeout(p.ctx, l.wait)
-		err := g.client.RequestProgress(rctx)
+		rctx, cancel := context.WithTimeout(p.ctx, l.Wait)
+		err := st.g.client.RequestProgress(rctx)
 		cancel()
 		// An error with p.ctx alive: the request could not even be
 		// queued on the stream.
-		alive = err == nil
-	} else {
-		cctx, cancel := context.WithCancel(p.ctx)
-		_, alive = st.create(&watch{cancel: cancel}, cctx, l.wait, key, clientv3.WithCreatedNotify())
-		cancel()
-		if alive {
-			st.heard()
-		}
+		return err == nil
 	}
+	cctx, cancel := context.WithCancel(p.ctx)
+	_, alive = st.create(&Watch{cancel: cancel}, cctx, l.Wait, key, clientv3.WithCreatedNotify())
+	cancel()
+	if alive {
+		st.heard()
+	}
+	return alive
+}
 
-	// A stream heard from since the request is alive, whatever became of
-	// the probe's own watch: clientv3 creates it behind the stream's other
-	// creations, one at a time, and those may take longer than wait in all
-	// while etcd answers each (TestWaitProbeBehindCreations).
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// settle schedules the probe's next run after one that asked (a progress
+// request if !asked, else a confirming watch) and saw the stream alive or
+// not, or, for a silent stream, moves the client's stream on and ends
+// every watch of it. The caller holds st.g.mu.
+//
+// A stream heard from since the request is alive, whatever became of the
+// probe's own watch: clientv3 creates it behind the stream's other
+// creations, one at a time, and those may take longer than wait in all
+// while etcd answers each (TestWaitProbeBehindCreations).
+func (p *probe) settle(asked, alive bool, l Liveness) {
+	st := p.st
 	alive = alive || st.heardAt.Load() > p.asked.UnixNano()
-	p.running = nil
-	close(running)
 	switch {
 	case st.p != p || p.ctx.Err() != nil:
 		// Stopped: the stream has no watch left.
 	case alive && !asked:
-		p.t.Reset(time.Until(p.asked.Add(st.l.wait)))
+		p.t.Reset(time.Until(p.asked.Add(st.l.Wait)))
 	case alive:
 		p.asked = time.Time{}
 		p.t.Reset(p.untilAsk())
 	default:
-		g.moveOn(st.key.n)
-		st.silent = fmt.Errorf("%w: the watch stream said nothing for %v", errNoAnswer, l.idle+2*l.wait)
+		st.g.moveOn(st.key.n)
+		st.silent = fmt.Errorf("%w: the watch stream said nothing for %v", request.ErrNoAnswer, l.Idle+2*l.Wait)
 		for w := range st.watches {
 			w.cancel()
 		}
