@@ -8,6 +8,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds what anyone can see of an Election without campaigning
@@ -78,7 +80,7 @@ func (e *Election) observe(ctx context.Context, ch chan<- *clientv3.GetResponse)
 		}
 		// After compaction the read is enough; after other failures, wait
 		// before trying again.
-		if err != nil && !errors.Is(err, rpctypes.ErrCompacted) && !sleepCtx(ctx, retryInterval) {
+		if err != nil && !errors.Is(err, rpctypes.ErrCompacted) && !request.SleepCtx(ctx, request.RetryInterval) {
 			return
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds the first step of an acquisition: the enqueue, one
@@ -174,7 +176,7 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 	// One applied later still, after the key was used and deleted, would
 	// write it anew: the key is suspect (deleted by lease while nobody
 	// uses it, see Session.suspect) for as long as that may happen.
-	resp, sent, err := sessionAsk(ctx, s, classWrite, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, sent, err := sessionAsk(ctx, s, request.Write, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(then...).

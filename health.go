@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds health-driven release (Consul's session health checks):
@@ -173,7 +175,7 @@ func (s *Session) recordHealth(mod *int64, failed, limit int, err error) {
 				*mod = resp.Kvs[0].ModRevision
 			}
 		}
-		resp, _, err := sessionAsk(ctx, s, classWrite, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		resp, _, err := sessionAsk(ctx, s, request.Write, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", *mod)).
 				Then(clientv3.OpPut(key, string(v), clientv3.WithLease(s.id))).
 				Commit()

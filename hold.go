@@ -10,6 +10,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // hold is one tenure of a lock or of leadership, from the read that showed
@@ -160,7 +162,7 @@ func (h *hold) watch() {
 // key that is gone gives an error matching ErrSessionExpired that says it
 // went before what.
 func (h *hold) ifHeld(ctx context.Context, what string, ops ...clientv3.Op) (*clientv3.TxnResponse, int, error) {
-	resp, sent, err := sessionAsk(ctx, h.s, classWrite, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, sent, err := sessionAsk(ctx, h.s, request.Write, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return h.s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
 			Then(ops...).
@@ -220,7 +222,7 @@ func (h *hold) watchKey(ctx context.Context) {
 			}
 			return
 		}
-		if !sleepCtx(ctx, retryInterval) {
+		if !request.SleepCtx(ctx, request.RetryInterval) {
 			return
 		}
 		seenRev = 0
@@ -328,7 +330,7 @@ func (h *hold) release(ctx context.Context) (ended bool, err error) {
 	h.unwatch()
 	h.unpromote()
 	var deleted, unsure bool
-	err = retry(ctx, func() (err error) {
+	err = request.Retry(ctx, func() (err error) {
 		deleted, err = h.s.deleteRev(ctx, h.key, h.rev, append(h.markReleased(), h.unasked()...)...)
 		unsure = unsure || err != nil
 		return err

@@ -7,6 +7,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds the rules of the queue, one per primitive, and the
@@ -127,7 +129,7 @@ func judgeOnce(ctx context.Context, s *Session, r rule, key string, rev, limit i
 	if r.foreign != "" {
 		ops = append(ops, clientv3.OpGet(r.pfx, clientv3.WithRange(r.foreign), clientv3.WithMaxCreateRev(rev-1), clientv3.WithLimit(1), clientv3.WithKeysOnly()))
 	}
-	resp, _, err := sessionAsk(ctx, s, classRead, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, _, err := sessionAsk(ctx, s, request.Read, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.client.Txn(ctx).Then(ops...).Commit()
 	})
 	if err != nil {

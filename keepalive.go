@@ -151,7 +151,7 @@ func (k *renewing) result(res renewResult) bool {
 		s.endLife(fmt.Errorf("%w: lease %x %w", ErrSessionExpired, int64(s.id), errLeaseLost))
 		return true
 	case k.waiting == 0:
-		k.at(time.Now().Add(min(s.ttl/3, retryInterval)))
+		k.at(time.Now().Add(min(s.ttl/3, request.RetryInterval)))
 	}
 	return false
 }

@@ -7,6 +7,10 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/watch"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds Lead, the leader runner: a campaign, a term that runs
@@ -110,7 +114,7 @@ func Lead(ctx context.Context, cli *clientv3.Client, pfx, val string, fn func(ct
 			return termPermanent(l.cli, "Lead", nil)
 		}
 		backoff.resetAfter(lasted)
-		if !pause(ctx, cli, backoff.next()) {
+		if !request.Pause(ctx, cli, backoff.next()) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -129,7 +133,7 @@ func reportLeaders(ctx context.Context, cli *clientv3.Client, pfx string, o *lea
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watchLeaders(wctx, fin, cli, livenessFor(time.Duration(o.ttl)*time.Second), prefix(pfx), o.onChange)
+		watchLeaders(wctx, fin, cli, watch.LivenessFor(time.Duration(o.ttl)*time.Second), prefix(pfx), o.onChange)
 	}()
 	return func() {
 		finish()

@@ -9,6 +9,10 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/watch"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds the watch of an election's leader: WatchLeader, for
@@ -46,11 +50,11 @@ func WatchLeader(ctx context.Context, cli *clientv3.Client, name string, fn func
 		return ErrNilFunc
 	}
 	// fin never ends: the watch stops only with ctx.
-	watchLeaders(ctx, context.Background(), cli, livenessFor(defaultSessionTTL*time.Second), prefix(name), fn)
+	watchLeaders(ctx, context.Background(), cli, watch.LivenessFor(defaultSessionTTL*time.Second), prefix(name), fn)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fmt.Errorf("concurrency: WatchLeader %q: %w", name, clientClosed(cli))
+	return fmt.Errorf("concurrency: WatchLeader %q: %w", name, request.ClientClosed(cli))
 }
 
 // watchLeaders reports the leader of the election pfx to notify each time
@@ -120,7 +124,7 @@ func (w *leaderWatch) report() {
 // read reads the candidates, reports the leader, and returns the revision
 // read.
 func (w *leaderWatch) read(ctx context.Context) (int64, error) {
-	resp, _, err := ask(ctx, w.cli, w.l.Wait, classRead, func(ctx context.Context) (*clientv3.GetResponse, error) {
+	resp, _, err := ask(ctx, w.cli, w.l.Wait, request.Read, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return w.cli.Get(ctx, w.pfx, clientv3.WithPrefix())
 	})
 	if err != nil {
@@ -163,7 +167,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 			if err := wr.Err(); err != nil {
 				return err
 			}
-			if !replayed && missed(wr, rev) {
+			if !replayed && watch.Missed(wr, rev) {
 				// Something was written between the read and the watch
 				// (see missed): etcd has written rev+1 by now, so watch
 				// again from it, to apply every event after the read.
@@ -181,7 +185,7 @@ func (w *leaderWatch) follow(ctx, fin context.Context, rev int64) error {
 			}
 		case <-finc:
 			finc = nil
-			resp, _, err := ask(ctx, w.cli, w.l.Wait, classRead, func(ctx context.Context) (*clientv3.GetResponse, error) {
+			resp, _, err := ask(ctx, w.cli, w.l.Wait, request.Read, func(ctx context.Context) (*clientv3.GetResponse, error) {
 				return w.cli.Get(ctx, w.pfx, clientv3.WithCountOnly())
 			})
 			if err != nil {

@@ -9,6 +9,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/seed-a9d410c6/concurrency/internal/renew"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds the leases that the package grants and revokes: a
@@ -44,8 +46,8 @@ func (s *Session) revoke(lease clientv3.LeaseID) {
 // revokeLease revokes lease, retried while etcd is unreachable, until ctx
 // ends. A lease already gone is no error.
 func (s *Session) revokeLease(ctx context.Context, lease clientv3.LeaseID) error {
-	err := retry(ctx, func() error {
-		_, _, err := sessionAsk(ctx, s, classWrite, func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
+	err := request.Retry(ctx, func() error {
+		_, _, err := sessionAsk(ctx, s, request.Write, func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
 			return s.client.Revoke(ctx, lease)
 		})
 		return err

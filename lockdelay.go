@@ -10,6 +10,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds lock-delay (Consul's lock-delay, Chubby's): a Mutex on a
@@ -129,7 +131,7 @@ func (h *hold) delayGrant(ctx context.Context, pfx string, behind int64, d time.
 // which the write saw it.
 func (h *hold) recordGrant(ctx context.Context, pfx string, behind int64, d time.Duration) (delay, seen int64, err error) {
 	s, rec, dk := h.s, lockDelayKey(pfx), delayKey(pfx)
-	read, _, err := sessionAsk(ctx, s, classRead, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	read, _, err := sessionAsk(ctx, s, request.Read, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
 			Then(clientv3.OpGet(rec), clientv3.OpGet(dk)).Commit()
 	})
@@ -255,7 +257,7 @@ func (h *hold) lostBefore(ctx context.Context, pfx string, after int64) bool {
 		if kv.Lease == 0 {
 			continue // only a delete removes it
 		}
-		ttl, _, err := sessionAsk(ctx, h.s, classRead, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
+		ttl, _, err := sessionAsk(ctx, h.s, request.Read, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
 			return h.s.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 		})
 		if err != nil || ttl.TTL <= 0 {

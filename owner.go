@@ -10,6 +10,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // Owner says who holds a session's keys, for operators: a session created
@@ -80,7 +82,7 @@ func ownerRecord(o Owner) (string, error) {
 // record.
 func (s *Session) recordOwner(ctx, gctx context.Context, record string) error {
 	key := ownerKey(s.id)
-	_, _, err := sessionAsk(gctx, s, classWrite, func(ctx context.Context) (*clientv3.PutResponse, error) {
+	_, _, err := sessionAsk(gctx, s, request.Write, func(ctx context.Context) (*clientv3.PutResponse, error) {
 		return s.client.Put(ctx, key, record, clientv3.WithLease(s.id))
 	})
 	switch {

@@ -13,6 +13,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // Semaphore lets holders, across every session, hold permits of its
@@ -441,7 +443,7 @@ func (m *Semaphore) SetLimit(ctx context.Context, n int) error {
 	var b backoff
 	for {
 		done, err := m.setLimit(ctx, n)
-		if done || err != nil && !transient(err) {
+		if done || err != nil && !request.Transient(err) {
 			if err == nil {
 				m.limit.Store(int64(n))
 			}
@@ -495,7 +497,7 @@ func (m *Semaphore) setLimit(ctx context.Context, n int) (done bool, err error) 
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
 		ops = append(ops, clientv3.OpPut(string(kv.Key), semValue(n, w), clientv3.WithIgnoreLease()))
 	}
-	tr, _, err := sessionAsk(ctx, m.s, classWrite, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	tr, _, err := sessionAsk(ctx, m.s, request.Write, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return m.s.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	})
 	if err != nil {

@@ -9,6 +9,10 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/watch"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds the session: a lease, the goroutine that renews it and
@@ -118,7 +122,7 @@ type grantedLease struct {
 // it. A lease that does not exist is no error: it is reported in missing.
 func grantSession(gctx context.Context, client *clientv3.Client, o sessionOptions) (grantedLease, error) {
 	l := grantedLease{id: o.leaseID, sent: time.Now()}
-	wait := livenessFor(time.Duration(o.ttl) * time.Second).Wait
+	wait := watch.LivenessFor(time.Duration(o.ttl) * time.Second).Wait
 	if l.id == clientv3.NoLease {
 		id, granted, err := grantLease(gctx, client, wait, int64(o.ttl))
 		if err != nil {
@@ -128,7 +132,7 @@ func grantSession(gctx context.Context, client *clientv3.Client, o sessionOption
 		return l, nil
 	}
 	// A renewal applied twice or late only renews again.
-	resp, _, err := ask(gctx, client, wait, classRenew, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+	resp, _, err := ask(gctx, client, wait, request.Renew, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
 		return client.KeepAliveOnce(ctx, l.id)
 	})
 	err = sessionStartErr(gctx, err)
@@ -195,7 +199,7 @@ func startSession(gctx context.Context, client *clientv3.Client, o sessionOption
 // sessions with the client too, since it renews on the client's context).
 func (s *Session) endWith(ctx context.Context) {
 	closed := func() {
-		s.endLife(fmt.Errorf("%w: %w", ErrSessionExpired, clientClosed(s.client)))
+		s.endLife(fmt.Errorf("%w: %w", ErrSessionExpired, request.ClientClosed(s.client)))
 	}
 	stopClient := context.AfterFunc(s.client.Ctx(), closed)
 	stop := context.AfterFunc(ctx, func() {
@@ -293,7 +297,7 @@ func (s *Session) Close() error {
 		return nil // WithLease on a missing lease: nothing to revoke
 	}
 	if s.client.Ctx().Err() != nil {
-		return clientClosed(s.client) // it revokes nothing
+		return request.ClientClosed(s.client) // it revokes nothing
 	}
 	// If the revoke takes longer than the TTL, the lease has expired anyway.
 	ctx, cancel := context.WithTimeout(s.opts.ctx, s.ttl)
@@ -305,9 +309,9 @@ func (s *Session) Close() error {
 // connection (see liveness).
 func (s *Session) live() liveness {
 	if s.ttl == 0 {
-		return livenessFor(defaultSessionTTL * time.Second) // WithLease on a missing lease: no TTL known
+		return watch.LivenessFor(defaultSessionTTL * time.Second) // WithLease on a missing lease: no TTL known
 	}
-	return livenessFor(s.ttl)
+	return watch.LivenessFor(s.ttl)
 }
 
 // sessionAsk is ask on the session's client, with its liveness wait.
@@ -317,7 +321,7 @@ func sessionAsk[T any](ctx context.Context, s *Session, c int, op func(ctx conte
 
 // get is a linearizable read of key, asked as ask does.
 func (s *Session) get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	resp, _, err := sessionAsk(ctx, s, classRead, func(ctx context.Context) (*clientv3.GetResponse, error) {
+	resp, _, err := sessionAsk(ctx, s, request.Read, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return s.client.Get(ctx, key, opts...)
 	})
 	return resp, err

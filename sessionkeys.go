@@ -7,6 +7,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds a session's lock keys: which of them its Mutexes and
@@ -382,7 +384,7 @@ func (s *Session) deleteKey(ctx context.Context, key string, rev int64) error {
 // late, they are applied only with the delete, which finds the key gone.
 func (s *Session) deleteRev(ctx context.Context, key string, rev int64, also ...clientv3.Op) (bool, error) {
 	ops := append([]clientv3.Op{clientv3.OpDelete(key)}, also...)
-	resp, sent, err := sessionAsk(ctx, s, classWrite, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, sent, err := sessionAsk(ctx, s, request.Write, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 			Then(ops...).
@@ -416,7 +418,7 @@ func (s *Session) setIfRev(ctx context.Context, key string, rev, mod int64, val 
 	}
 	for {
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", rev), clientv3.Compare(clientv3.ModRevision(key), "=", mod)}
-		resp, _, err := sessionAsk(ctx, s, classWrite, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		resp, _, err := sessionAsk(ctx, s, request.Write, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return s.client.Txn(ctx).If(cmps...).
 				Then(clientv3.OpPut(key, val, clientv3.WithLease(lease))).
 				Else(clientv3.OpGet(key)).

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds partitioned work (Shards): n shards of a named group
@@ -184,14 +186,14 @@ func Shards(ctx context.Context, cli *clientv3.Client, group string, n int, fn f
 			return err
 		}
 		if cli.Ctx().Err() != nil { // the membership ended with its session
-			return fmt.Errorf("concurrency: Shards: %w", clientClosed(cli))
+			return fmt.Errorf("concurrency: Shards: %w", request.ClientClosed(cli))
 		}
 		backoff.resetAfter(time.Since(since))
-		if !pause(ctx, cli, backoff.next()) {
+		if !request.Pause(ctx, cli, backoff.next()) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("concurrency: Shards: %w", clientClosed(cli))
+			return fmt.Errorf("concurrency: Shards: %w", request.ClientClosed(cli))
 		}
 	}
 }

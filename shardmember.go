@@ -10,6 +10,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds a Shards member at work: its membership on one session
@@ -173,7 +175,7 @@ func (m *membership) run(wctx context.Context, r *shardRunner) {
 		// Not dropped: etcd failed, or the session ended. Wait a little
 		// before the next plan starts another runner, so that a failing
 		// cluster is not asked again at once.
-		sleepCtx(wctx, jittered(time.Second))
+		request.SleepCtx(wctx, jittered(time.Second))
 		return
 	}
 	release := func() {

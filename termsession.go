@@ -11,6 +11,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds the session of a runner's term (a Lead's term, a Shards
@@ -63,7 +65,7 @@ func startTermSession(ctx context.Context, cli *clientv3.Client, opts []SessionO
 func termPermanent(cli *clientv3.Client, who string, err error) error {
 	if cli.Ctx().Err() != nil {
 		if err == nil || !errors.Is(err, ErrClientClosed) {
-			err = errors.Join(clientClosed(cli), err)
+			err = errors.Join(request.ClientClosed(cli), err)
 		}
 		return fmt.Errorf("concurrency: %s: %w", who, err)
 	}
@@ -71,7 +73,7 @@ func termPermanent(cli *clientv3.Client, who string, err error) error {
 		errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrInvalidAuthToken) {
 		return fmt.Errorf("concurrency: %s: %w", who, err)
 	}
-	if c := grpcCode(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
+	if c := request.GRPCCode(err); c == codes.PermissionDenied || c == codes.Unauthenticated {
 		return fmt.Errorf("concurrency: %s: %w", who, err)
 	}
 	return nil

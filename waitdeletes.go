@@ -8,6 +8,10 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/watch"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds the wait shared by every primitive on the queue (see
@@ -97,7 +101,7 @@ func waitDeletes(ctx context.Context, s *Session, r rule, key string, rev int64,
 		}
 		if !judged {
 			j, err = judgeDuring(ctx, s, r, key, rev)
-			if transient(err) {
+			if request.Transient(err) {
 				if !s.sleep(ctx, &b) {
 					return nil, s.waitErr(ctx)
 				}
@@ -133,7 +137,7 @@ func waitDelete(ctx context.Context, s *Session, t target, seenRev int64, b *bac
 			return werr
 		}
 		if !errors.Is(err, rpctypes.ErrCompacted) {
-			if !transient(err) && !errors.Is(err, errWatchClosed) {
+			if !request.Transient(err) && !errors.Is(err, watch.ErrClosed) {
 				return err
 			}
 			// Grows while watches keep failing; a watch that starts
@@ -143,7 +147,7 @@ func waitDelete(ctx context.Context, s *Session, t target, seenRev int64, b *bac
 			}
 		}
 		resp, err := s.getDuring(ctx, t.key)
-		if transient(err) {
+		if request.Transient(err) {
 			continue // watch again: the key is read once more
 		}
 		if err != nil {
@@ -173,7 +177,7 @@ func watchDelete(ctx context.Context, s *Session, t target, seenRev int64, b *ba
 		opts = append(opts, clientv3.WithFilterPut())
 	}
 	return watchUntil(ctx, s.life, s.client, s.live(), t.key, b, func(wr clientv3.WatchResponse) (bool, error) {
-		if missed(wr, seenRev) {
+		if watch.Missed(wr, seenRev) {
 			// Something was written between the read at seenRev and the
 			// watch's start: read the key once more.
 			resp, err := s.getDuring(ctx, t.key)
@@ -215,7 +219,7 @@ func waitRange(ctx context.Context, s *Session, over, wake string, seenRev int64
 		opts = append(opts, clientv3.WithFilterPut())
 	}
 	err = watchUntil(ctx, s.life, s.client, s.live(), over, b, func(wr clientv3.WatchResponse) (bool, error) {
-		if missed(wr, seenRev) {
+		if watch.Missed(wr, seenRev) {
 			stop, seen, err := check()
 			if err != nil || stop {
 				checked = err == nil
@@ -237,7 +241,7 @@ func waitRange(ctx context.Context, s *Session, over, wake string, seenRev int64
 	switch {
 	case err == nil || werr != nil:
 		return checked, werr
-	case errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, errWatchClosed) || transient(err):
+	case errors.Is(err, rpctypes.ErrCompacted) || errors.Is(err, watch.ErrClosed) || request.Transient(err):
 		if errors.Is(err, rpctypes.ErrCompacted) || s.sleep(ctx, b) {
 			return false, nil
 		}

@@ -2,7 +2,6 @@ package concurrency
 
 import (
 	"context"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -18,18 +17,6 @@ import (
 // liveness is watch.Liveness: how long the package trusts a connection to
 // etcd that says nothing.
 type liveness = watch.Liveness
-
-// livenessFor is watch.LivenessFor: the liveness of a session with the
-// given TTL, which the caller knows (it is not defaulted).
-func livenessFor(ttl time.Duration) liveness { return watch.LivenessFor(ttl) }
-
-// errWatchClosed is watch.ErrClosed: a watch whose channel closed without
-// an error.
-var errWatchClosed = watch.ErrClosed
-
-// missed is watch.Missed: whether wr is the created response of a watch
-// that began after revision rev.
-func missed(wr clientv3.WatchResponse, rev int64) bool { return watch.Missed(wr, rev) }
 
 // watchOn is what a watch of client with liveness l, ended by life if not
 // nil, is opened with.

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/request"
 )
 
 // This file holds WatchShards, the watch of a Shards group for processes
@@ -71,7 +73,7 @@ func WatchShards(ctx context.Context, cli *clientv3.Client, group string, n int,
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return fmt.Errorf("concurrency: WatchShards %q: %w", group, clientClosed(cli))
+	return fmt.Errorf("concurrency: WatchShards %q: %w", group, request.ClientClosed(cli))
 }
 
 // sameGroup reports whether a and b have the same members (lease, weight,

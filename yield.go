@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/seed-a9d410c6/concurrency/internal/watch"
 )
 
 // This file holds the hold's side of yield requests (Curator's revocable
@@ -73,7 +75,7 @@ func (h *hold) waitYield(ctx context.Context, key string, b *backoff) (bool, err
 	seen := resp.Header.Revision
 	asked := false
 	err = watchUntil(ctx, nil, h.s.client, h.s.live(), key, b, func(wr clientv3.WatchResponse) (bool, error) {
-		if missed(wr, seen) {
+		if watch.Missed(wr, seen) {
 			// Written between the read and the watch's start, perhaps.
 			resp, err := h.s.get(ctx, key)
 			if err != nil {
