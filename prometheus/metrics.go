@@ -1,7 +1,8 @@
 // Package concurrencyprom reports the metrics of
 // github.com/seed-a9d410c6/concurrency to Prometheus: New registers them
 // with a registry, and the *Metrics it returns is given to sessions with
-// concurrency.WithMetrics and to Lead with concurrency.WithLeadMetrics.
+// concurrency.WithMetrics, and to Lead and Shards with that option given
+// through concurrency.WithLeadSession and concurrency.WithShardSession.
 //
 // It is a module of its own so that the library's importers who do not use
 // Prometheus never build client_golang (issue 22). Its name is not its
@@ -42,10 +43,10 @@ var (
 )
 
 // Metrics is a set of Prometheus metrics for the sessions, locks,
-// elections and Leads given it (concurrency.WithMetrics,
-// concurrency.WithLeadMetrics): it implements concurrency.MetricsRecorder,
+// elections and Leads given it (concurrency.WithMetrics, also through
+// concurrency.WithLeadSession): it implements concurrency.MetricsRecorder,
 // and concurrency.ShardMetricsRecorder for Shards members
-// (concurrency.WithShardMetrics).
+// (concurrency.WithMetrics through concurrency.WithShardSession).
 // One Metrics may serve any number of sessions, from any goroutine. The
 // repository's docs/operators.md lists every metric with queries to graph it. A nil
 // *Metrics records nothing.
@@ -55,7 +56,7 @@ var (
 // WithLockNameLabel. The leadership metrics always have the label name, the
 // election's name: there is one series per election this process takes
 // part in. The shard metrics (concurrency_shard_…, for members given
-// concurrency.WithShardMetrics) always have the label group, the Shards
+// WithMetrics through concurrency.WithShardSession) always have the label group, the Shards
 // group's name: one series per group this process is a member of.
 type Metrics struct {
 	nameLabel bool
@@ -121,7 +122,8 @@ func WithNamespace(ns string) Option {
 
 // New creates the library's metrics and registers them with reg. It starts
 // nothing; the metrics move only for sessions given concurrency.WithMetrics
-// and Leads given concurrency.WithLeadMetrics. Nothing is ever registered
+// and Leads and Shards given it through concurrency.WithLeadSession and
+// concurrency.WithShardSession. Nothing is ever registered
 // with prometheus.DefaultRegisterer unless it is reg.
 //
 // It returns ErrNilRegisterer for a nil reg, ErrInvalidNamespace for an

@@ -7,8 +7,9 @@ import (
 )
 
 // This file holds the shard metrics: how long the shards of a Shards group
-// go without an owner, as the members of the group given
-// concurrency.WithShardMetrics see it (concurrency.ShardMetricsRecorder).
+// go without an owner, as the members of the group given WithMetrics
+// through concurrency.WithShardSession see it
+// (concurrency.ShardMetricsRecorder).
 
 // newShardMetrics returns the shard metrics in namespace ns, subsystem
 // "shard": concurrency_shard_unowned and concurrency_shard_unowned_seconds.
