@@ -275,7 +275,7 @@ func (s *Session) waitErr(ctx context.Context) error {
 	return nil
 }
 
-// sleep is b.sleep for a wait on ctx, cut short by the session's end too.
+// sleep is b.Sleep for a wait on ctx, cut short by the session's end too.
 func (s *Session) sleep(ctx context.Context, b *backoff) bool {
 	c, stop := s.during(ctx)
 	defer stop()
