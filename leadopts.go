@@ -141,7 +141,7 @@ func WithStatus(st *LeaderStatus) LeadOption {
 //
 // Deprecated: use WithLeadSession(WithHealthCheck(interval, failures, check)).
 func WithLeadHealthCheck(interval time.Duration, failures int, check func(ctx context.Context) error) LeadOption {
-	return WithLeadSession(WithHealthCheck(interval, failures, check))
+	return withLeadSession("WithLeadHealthCheck", []SessionOption{WithHealthCheck(interval, failures, check)})
 }
 
 // WithLeadOwner has the session of each term of Lead record o, as

@@ -138,7 +138,7 @@ func WithShardStatus(st *ShardStatus) ShardOption {
 //
 // Deprecated: use WithShardSession(WithHealthCheck(interval, failures, check)).
 func WithShardHealthCheck(interval time.Duration, failures int, check func(ctx context.Context) error) ShardOption {
-	return WithShardSession(WithHealthCheck(interval, failures, check))
+	return withShardSession("WithShardHealthCheck", []SessionOption{WithHealthCheck(interval, failures, check)})
 }
 
 // WithShardOwner has each of the member's sessions record o, as WithOwner

@@ -667,8 +667,8 @@ func TestLeadSessionOptions(t *testing.T) {
 			return nil
 		}, tc.opt)
 		cancel()
-		if !errors.Is(err, tc.want) {
-			t.Errorf("Lead %s = %v, want an error matching %v", tc.name, err, tc.want)
+		if option, _, _ := strings.Cut(tc.name, "("); !errors.Is(err, tc.want) || !strings.Contains(err.Error(), option) {
+			t.Errorf("Lead %s = %v, want an error matching %v that names %s", tc.name, err, tc.want, option)
 		}
 	}
 	etcdtest.WaitKeys(t, c, pfx, 0)

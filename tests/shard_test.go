@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -597,8 +598,8 @@ func TestShardsSessionOptions(t *testing.T) {
 			return nil
 		}, tc.opt)
 		cancel()
-		if !errors.Is(err, tc.want) {
-			t.Errorf("Shards %s = %v, want an error matching %v", tc.name, err, tc.want)
+		if option, _, _ := strings.Cut(tc.name, "("); !errors.Is(err, tc.want) || !strings.Contains(err.Error(), option) {
+			t.Errorf("Shards %s = %v, want an error matching %v that names %s", tc.name, err, tc.want, option)
 		}
 	}
 	etcdtest.WaitKeys(t, c, group, 0)
