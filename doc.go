@@ -53,7 +53,15 @@
 //     answered, and sooner while answers come late, so a session lives
 //     through renewal round trips under two thirds of the TTL (3.3 s at
 //     TTL 5, 10 s at TTL 15), however suddenly they grow, as etcd's
-//     package's do.
+//     package's do. etcd itself can end a lease sooner than its TTL says:
+//     a leader that expired a lease and proposed its revoke, then lost
+//     its leadership (a stalled disk, a starved or paused process), can
+//     have that revoke applied after its successor renewed the lease
+//     (etcd#15247, #12528; the check of leadership before the revoke
+//     that etcd#16822 added narrows the window, it does not close it).
+//     Then the hold's Ctx ends when its watch sees its key deleted, and
+//     the session's at its next renewal, which finds no lease: the
+//     fencing token and Txn below still protect what the holder writes.
 //   - Mutex.Token is a fencing token, the create revision of the lock key:
 //     it strictly increases from one holder to the next. A resource that
 //     remembers the highest token it has seen and refuses older ones (Fence)

@@ -1,6 +1,7 @@
 package faults_test
 
 import (
+	"strings"
 	"time"
 
 	hc "github.com/seed-a9d410c6/concurrency/internal/testkit/historycheck"
@@ -35,7 +36,14 @@ func barrierWorkload(wl string) bool { return wl == "barrier" || wl == "dbarrier
 //
 // Times are the workers' own, on one machine's clock: a call that
 // returned before another was called did not see its effect.
-func checkBarriers(rep *hc.Report, wl string, ops []hc.Op, inWindow func(time.Time) bool, bound time.Duration) {
+//
+// It returns, for the dbarrier workload, how many rounds whose every
+// entrant called Leave were not checked for an early Leave, by why their
+// session may not have lived throughout (the worker's livedThroughout):
+// its Ctx had ended, its deadline had passed, etcd no longer had its
+// lease though the deadline was ahead, or the lease could not be read.
+func checkBarriers(rep *hc.Report, wl string, ops []hc.Op, inWindow func(time.Time) bool, bound time.Duration) (unchecked map[string]int) {
+	unchecked = map[string]int{}
 	type call struct{ invoke, done hc.Op }
 	rounds := map[string]map[string][]*call{} // round -> function -> calls
 	open := map[string]*call{}                // by client: the call in flight
@@ -129,11 +137,17 @@ func checkBarriers(rep *hc.Report, wl string, ops []hc.Op, inWindow func(time.Ti
 				continue
 			}
 			early(id, "the last Enter", r[fDBEnter], lastInvoke(r[fDBEnter]))
-			if len(r[fDBLeave]) == barrierParties && len(r[fDBRound]) == 1 && ok(r[fDBRound][0]) {
-				early(id, "the last Leave", r[fDBLeave], lastInvoke(r[fDBLeave]))
+			if len(r[fDBLeave]) != barrierParties || len(r[fDBRound]) != 1 {
+				continue
 			}
+			if end := r[fDBRound][0]; !ok(end) {
+				unchecked[strings.SplitN(end.done.Err, ": ", 2)[0]]++
+				continue
+			}
+			early(id, "the last Leave", r[fDBLeave], lastInvoke(r[fDBLeave]))
 		}
 	}
+	return unchecked
 }
 
 // recipesBound is how long a wait of package recipes may take to return,

@@ -68,6 +68,9 @@ type result struct {
 	// And for comparison, the same over the whole run, every process.
 	slow   struct{ windows, writes, acquisitions, allWrites, allAcquisitions int }
 	models []modelVerdict
+	// dbUnchecked counts the dbarrier rounds not checked for an early
+	// Leave, by why their session may not have lived throughout them.
+	dbUnchecked map[string]int
 }
 
 func startRun(t *testing.T, pfx string, cfg runConfig) *run {
@@ -454,7 +457,9 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 		}
 		if barrierWorkload(wl) {
 			_, in := halfOpenWindows(res.injected, recipesBound)
-			checkBarriers(rep, wl, byWorkload[wl], in, recipesBound)
+			if n := checkBarriers(rep, wl, byWorkload[wl], in, recipesBound); wl == "dbarrier" {
+				res.dbUnchecked = n
+			}
 			continue
 		}
 		name := r.pfx + "/lock/" + wl
@@ -669,6 +674,14 @@ func (res *result) summary() string {
 	if l := res.live; l.windows > 0 {
 		fmt.Fprintf(&b, "\nHalf-open windows: %d; bound %v; waits on a free lock checked %d, longest %v; holds whose key was deleted checked %d, longest to their Ctx's end %v.\n",
 			l.windows, l.bound, l.waits, l.maxWait.Round(time.Millisecond), l.holds, l.maxHold.Round(time.Millisecond))
+	}
+	if len(res.dbUnchecked) > 0 {
+		var why []string
+		for k, n := range res.dbUnchecked {
+			why = append(why, fmt.Sprintf("%s %d", k, n))
+		}
+		sort.Strings(why)
+		fmt.Fprintf(&b, "\nDouble-barrier rounds whose Leaves were not checked, their session not proven alive throughout: %s.\n", strings.Join(why, ", "))
 	}
 	if s := res.slow; s.windows > 0 {
 		fmt.Fprintf(&b, "\nSlow-commit windows: %d; the slowed processes sent %d writes of every workload (every attempt) while slowed, and made %d Lock and Campaign acquisitions in them", s.windows, s.writes, s.acquisitions)

@@ -602,16 +602,55 @@ func (c *client) doubleBarrier(s *concurrency.Session) error {
 			failed.Store(true)
 		}
 	})
-	typ := hc.OK
-	if s.Ctx().Err() != nil {
+	typ, why := hc.OK, c.livedThroughout(s)
+	if why != "" {
 		typ = hc.Info
 	}
-	c.recAs("r", hc.Op{Type: typ, F: fDBRound, ID: id})
+	c.recAs("r", hc.Op{Type: typ, F: fDBRound, ID: id, Err: why})
 	if failed.Load() {
 		c.dropKey(key)
 		return errors.New("a party of the round failed")
 	}
 	return nil
+}
+
+// Why a double-barrier round's session may not have lived throughout it
+// (the text of its dbround info, before any ": ").
+const (
+	roundSessionEnded = "session ended"
+	roundDeadline     = "deadline passed"
+	roundLeaseGone    = "lease gone before the deadline"
+	roundUnconfirmed  = "lease not confirmed"
+)
+
+// livedThroughout reports why s may not have lived through the round that
+// has just ended, or "" if it did. Its Ctx alone does not tell: in a
+// process resumed from SIGSTOP past the deadline, the goroutines run in
+// any order, so the round can see its keys gone with the lease and end
+// before the session's loop notices its deadline; and etcd can end a
+// lease before the session's deadline (a revoke by a deposed leader,
+// applied after its successor renewed the lease: etcd#15247, #12528). A
+// lease ends once, with its keys, so one that etcd still has after the
+// round lived throughout it.
+func (c *client) livedThroughout(s *concurrency.Session) string {
+	if s.Ctx().Err() != nil {
+		return roundSessionEnded
+	}
+	if !time.Now().Before(s.Deadline()) {
+		return roundDeadline
+	}
+	ctx, cancel := context.WithTimeout(c.life, opTimeout)
+	defer cancel()
+	resp, err := c.cli.TimeToLive(ctx, s.Lease())
+	switch {
+	case err != nil:
+		return roundUnconfirmed + ": " + err.Error()
+	case resp.TTL >= 0: // -1: etcd has no such lease
+		return ""
+	case s.Ctx().Err() != nil || !time.Now().Before(s.Deadline()):
+		return roundDeadline
+	}
+	return fmt.Sprintf("%s: lease %x, the session's deadline %v ahead", roundLeaseGone, int64(s.Lease()), time.Until(s.Deadline()).Round(time.Millisecond))
 }
 
 // latch runs one round of the latch workload: Start a latch of its own
