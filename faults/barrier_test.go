@@ -1,6 +1,7 @@
 package faults_test
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -41,7 +42,9 @@ func barrierWorkload(wl string) bool { return wl == "barrier" || wl == "dbarrier
 // entrant called Leave were not checked for an early Leave, by why their
 // session may not have lived throughout (the worker's livedThroughout):
 // its Ctx had ended, its deadline had passed, etcd no longer had its
-// lease though the deadline was ahead, or the lease could not be read.
+// lease though the deadline was ahead, or the lease could not be read;
+// and, under each reason with ", with a Leave before the last was
+// called", how many of those rounds the check would have failed.
 func checkBarriers(rep *hc.Report, wl string, ops []hc.Op, inWindow func(time.Time) bool, bound time.Duration) (unchecked map[string]int) {
 	unchecked = map[string]int{}
 	type call struct{ invoke, done hc.Op }
@@ -141,7 +144,12 @@ func checkBarriers(rep *hc.Report, wl string, ops []hc.Op, inWindow func(time.Ti
 				continue
 			}
 			if end := r[fDBRound][0]; !ok(end) {
-				unchecked[strings.SplitN(end.done.Err, ": ", 2)[0]]++
+				why := strings.SplitN(end.done.Err, ": ", 2)[0]
+				unchecked[why]++
+				opened := lastInvoke(r[fDBLeave])
+				if slices.ContainsFunc(r[fDBLeave], func(w *call) bool { return ok(w) && ts(w.done).Before(opened) }) {
+					unchecked[why+", with a Leave before the last was called"]++
+				}
 				continue
 			}
 			early(id, "the last Leave", r[fDBLeave], lastInvoke(r[fDBLeave]))
