@@ -53,10 +53,17 @@
 //     answered, and sooner while answers come late, so a session lives
 //     through renewal round trips under two thirds of the TTL (3.3 s at
 //     TTL 5, 10 s at TTL 15), however suddenly they grow, as etcd's
-//     package's do. etcd itself can end a lease sooner than its TTL says:
-//     a leader that expired a lease and proposed its revoke, then lost
-//     its leadership (a stalled disk, a starved or paused process), can
-//     have that revoke applied after its successor renewed the lease
+//     package's do.
+//   - Ctx is cancelled by the session's goroutine, so a process that
+//     resumes past the deadline (SIGSTOP, a paused VM) may run other
+//     goroutines first and find Ctx alive for a moment: code that must
+//     know at once compares Session.Deadline with time.Now, and writes
+//     that must be safe are fenced (below). The fault soak sees this after
+//     client pauses (RELIABILITY.md).
+//   - etcd itself can end a lease sooner than its TTL says: a leader
+//     that expired a lease and proposed its revoke, then lost its
+//     leadership (a stalled disk, a starved or paused process), can have
+//     that revoke applied after its successor renewed the lease
 //     (etcd#15247, #12528; the check of leadership before the revoke
 //     that etcd#16822 added narrows the window, it does not close it).
 //     Then the hold's Ctx ends when its watch sees its key deleted, and
