@@ -163,8 +163,7 @@ func settle(ctx context.Context, s *Session, key string, q queued, err error) {
 // A lease that no longer exists gives an error matching ErrSessionExpired
 // and ErrLeaseNotFound, and ends the session's life.
 func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, error) {
-	// limit+2: the key itself, when it is in over, and limit+1 older keys.
-	newest := clientv3.OpGet(r.over, r.olderKeys(clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(r.limit)+2))...)
+	newest := clientv3.OpGet(r.over, r.newestKeys()...)
 	then := []clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id)), newest}
 	if r.guard != nil {
 		then = []clientv3.Op{r.guard(then, r.refused)}
@@ -194,6 +193,23 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 	}
 	return r.placed(key, val, resp), nil
 }
+
+// newestKeys returns the options of the enqueue's read of the newest
+// keys of r.over: limit+2 of them, the key itself, when it is in over, and
+// limit+1 older keys (see olderKeys). Those of a rule of limit 1 that
+// reads keys alone (every rule but a Semaphore's) are made once: making
+// them cost four allocations per enqueue (issue 52).
+func (r rule) newestKeys() []clientv3.OpOption {
+	if r.limit == 1 && r.weigh == nil {
+		return newestOfOne
+	}
+	return r.olderKeys(clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(r.limit)+2))
+}
+
+// newestOfOne is newestKeys of a rule of limit 1 that reads keys alone.
+// An OpOption only sets fields of the Op it is applied to, so one may
+// serve every read.
+var newestOfOne = mutexRule("").olderKeys(clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(3))
 
 // placed reads where the enqueue of key, with value val, by rule r left
 // the key, from its transaction's response: found there already
