@@ -3,6 +3,7 @@ package request
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,6 +178,50 @@ func TestAskTransientFailureLeavesTheOther(t *testing.T) {
 	v, sent, err := Ask(context.Background(), spec(t, idleClient(t)), op)
 	if err != nil || v != 3 || sent != 3 {
 		t.Fatalf("Ask = %d, %d, %v; want the third attempt's answer, 3 sent", v, sent, err)
+	}
+}
+
+// A first answer that comes about when the hedge is due (either may win
+// the race) is the answer, once: each request returns one attempt's
+// answer, with every attempt ended, and no goroutine of the request (the
+// hedge's, a second attempt's) is left once they have all returned.
+func TestAskAnswerRacesTheHedge(t *testing.T) {
+	sp := Spec{Client: idleClient(t), Answers: &Answers{}, Wait: 2 * time.Millisecond, Class: Write}
+	before := runtime.NumGoroutine()
+	var running atomic.Int32
+	hedged := 0
+	for i := range 300 {
+		var n atomic.Int32
+		op := func(ctx context.Context) (int, error) {
+			running.Add(1)
+			defer running.Add(-1)
+			a := int(n.Add(1))
+			if a == 1 { // answers about when the hedge is due (1 to 4 ms)
+				select {
+				case <-time.After(time.Duration(i%9) * 500 * time.Microsecond):
+					return a, nil
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				}
+			}
+			return a, nil
+		}
+		v, sent, err := Ask(context.Background(), sp, op)
+		if err != nil || v < 1 || v > sent || sent < 1 || sent > 2 || int(n.Load()) != sent {
+			t.Fatalf("request %d: Ask = %d, %d sent, %v (%d attempts ran)", i, v, sent, err, n.Load())
+		}
+		hedged += sent - 1
+		if r := running.Load(); r != 0 {
+			t.Fatalf("request %d: %d attempts still running after Ask returned", i, r)
+		}
+	}
+	t.Logf("%d of 300 requests hedged", hedged) // about 60 on an idle machine: both sides win the race
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines left after the requests, %d before", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
