@@ -67,7 +67,7 @@ func settledEnqueue(ctx context.Context, s *Session, r rule, e *enqueueOps) (que
 		defer s.settling.Done()
 		defer stopLife()
 		defer cancel()
-		q, err := enqueue(ectx, s, r, e)
+		q, err := enqueue(ectx, cancel, s, r, e)
 		p.mu.Lock()
 		p.q, p.err = q, err
 		abandoned := p.abandoned
@@ -152,7 +152,9 @@ func settle(ctx context.Context, s *Session, key string, q queued, err error) {
 // enqueue puts e.key with value e.val on the session's lease at the end
 // of the queue of r, unless the session has it already, in which case it
 // keeps the key's place and value (adopted: the caller judges it, and
-// sets the value if it must). It takes one transaction, made of e's ops.
+// sets the value if it must). It takes one transaction, made of e's ops,
+// sent on ctx, which is the enqueue's own and ends with the session's
+// life (see settledEnqueue), and which cancel cancels.
 // A new key is written only if r's guard allows it; the transaction also
 // reads the newest limit+1 keys of over older than it, which decide
 // whether it holds (it is the newest key, so nothing can come between).
@@ -163,7 +165,7 @@ func settle(ctx context.Context, s *Session, key string, q queued, err error) {
 //
 // A lease that no longer exists gives an error matching ErrSessionExpired
 // and ErrLeaseNotFound, and ends the session's life.
-func enqueue(ctx context.Context, s *Session, r rule, e *enqueueOps) (queued, error) {
+func enqueue(ctx context.Context, cancel context.CancelFunc, s *Session, r rule, e *enqueueOps) (queued, error) {
 	then := []clientv3.Op{e.put, e.newest}
 	if r.guard != nil {
 		then = []clientv3.Op{r.guard(then, r.refused)}
@@ -174,7 +176,7 @@ func enqueue(ctx context.Context, s *Session, r rule, e *enqueueOps) (queued, er
 	// One applied later still, after the key was used and deleted, would
 	// write it anew: the key is suspect (deleted by lease while nobody
 	// uses it, see Session.suspect) for as long as that may happen.
-	resp, sent, err := sessionAsk(ctx, s, request.Write, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, sent, err := ownAsk(ctx, cancel, s, request.Write, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.client.Txn(ctx).
 			If(e.absent).
 			Then(then...).

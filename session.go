@@ -319,6 +319,15 @@ func sessionAsk[T any](ctx context.Context, s *Session, c int, op func(ctx conte
 	return ask(ctx, s.client, s.live().Wait, c, op)
 }
 
+// ownAsk is sessionAsk on a ctx of the request's own, which cancel
+// cancels and which ends with the session's life, so when the client is
+// closed (see request.Spec.Own).
+func ownAsk[T any](ctx context.Context, cancel context.CancelFunc, s *Session, c int, op func(ctx context.Context) (T, error)) (T, int, error) {
+	sp := spec(s.client, s.live().Wait, c)
+	sp.Own = cancel
+	return request.Ask(ctx, sp, op)
+}
+
 // get is a linearizable read of key, asked as ask does.
 func (s *Session) get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	resp, _, err := sessionAsk(ctx, s, request.Read, func(ctx context.Context) (*clientv3.GetResponse, error) {

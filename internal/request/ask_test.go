@@ -225,24 +225,102 @@ func TestAskAnswerRacesTheHedge(t *testing.T) {
 	}
 }
 
+// A request on a ctx of its own (Spec.Own) sends its first attempt on
+// that ctx, and leaves it to its owner when it is answered in time.
+func TestAskOwnedCtx(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sp := spec(t, idleClient(t))
+	sp.Own = cancel
+	var got context.Context
+	v, sent, err := Ask(ctx, sp, func(actx context.Context) (int, error) {
+		got = actx
+		return 1, nil
+	})
+	if err != nil || v != 1 || sent != 1 {
+		t.Fatalf("Ask = %d, %d, %v; want the attempt's answer, 1 sent", v, sent, err)
+	}
+	if got != ctx || ctx.Err() != nil {
+		t.Errorf("the attempt was sent on %v, and ctx ended with %v; want ctx itself, not ended", got, ctx.Err())
+	}
+}
+
+// On a ctx of the request's own, a first attempt given up (after
+// giveUpAfter liveness waits beside another) is not cancelled, since the
+// later attempts are made from its ctx: it ends when the request does,
+// with the owner's cancellation.
+func TestAskOwnedFirstAttemptGivenUp(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sp := spec(t, idleClient(t))
+	sp.Own = cancel
+	a := &attempts{answer: func(n int) bool { return n == 3 }}
+	var alive bool // ctx lived when the third attempt was sent
+	op := func(actx context.Context) (int, error) {
+		if a.started.Load() == 2 {
+			alive = ctx.Err() == nil
+		}
+		return a.op(actx)
+	}
+	v, sent, err := Ask(ctx, sp, op)
+	if err != nil || v != 3 || sent != 3 {
+		t.Fatalf("Ask = %d, %d, %v; want the third attempt's answer, 3 sent", v, sent, err)
+	}
+	if !alive {
+		t.Errorf("ctx was cancelled when the first attempt was given up")
+	}
+	if r := a.running.Load(); r != 0 || ctx.Err() == nil {
+		t.Errorf("%d attempts running after Ask returned, ctx ended with %v; want none, cancelled", r, ctx.Err())
+	}
+}
+
+// A ctx of the request's own that its owner ends (the session's life)
+// ends the request with its error, before and after the second attempt is
+// sent, with every attempt ended.
+func TestAskOwnedCtxEnds(t *testing.T) {
+	for _, after := range []time.Duration{10 * time.Millisecond, 250 * time.Millisecond} {
+		ctx, cancel := context.WithCancel(context.Background())
+		sp := spec(t, idleClient(t))
+		sp.Own = cancel
+		a := &attempts{answer: func(int) bool { return false }}
+		time.AfterFunc(after, cancel)
+		_, _, err := Ask(ctx, sp, a.op)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("after %v: Ask returned %v, want ctx's error", after, err)
+		}
+		if r := a.running.Load(); r != 0 {
+			t.Errorf("after %v: %d attempts still running after Ask returned", after, r)
+		}
+	}
+}
+
 // BenchmarkAskAnswered is the request layer's own cost for a request
 // answered in time: what Ask adds to each request that a Lock or Unlock
 // sends (issue 52: 11 allocations and a goroutine before the first
-// attempt moved to the caller's goroutine, 7 and none after).
+// attempt moved to the caller's goroutine, 7 and none after), on a ctx
+// made for it and on one of the request's own (Spec.Own, the enqueue's).
 func BenchmarkAskAnswered(b *testing.B) {
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:1"}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	sp := Spec{Client: c, Answers: &Answers{}, Wait: time.Second, Class: Write}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	op := func(context.Context) (int, error) { return 1, nil }
-	b.ReportAllocs()
-	for range b.N {
-		if _, _, err := Ask(ctx, sp, op); err != nil {
-			b.Fatal(err)
+	for _, own := range []context.CancelFunc{nil, cancel} {
+		name := "ctx=made"
+		if own != nil {
+			name = "ctx=own"
 		}
+		b.Run(name, func(b *testing.B) {
+			sp := Spec{Client: c, Answers: &Answers{}, Wait: time.Second, Class: Write, Own: own}
+			b.ReportAllocs()
+			for range b.N {
+				if _, _, err := Ask(ctx, sp, op); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
