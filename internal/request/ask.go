@@ -121,7 +121,7 @@ func Ask[T any](ctx context.Context, spec Spec, op func(ctx context.Context) (T,
 	}
 	k.first = attempt{sent: now(), cancel: cancel}
 	k.hedgeAt = k.hedge()
-	t := time.AfterFunc(k.hedgeAt, k.late)
+	t := armHedge(k, k.hedgeAt)
 	v, err = op(actx)
 	if err == nil {
 		k.Answers.answered(k.Class, k.first.sent)
@@ -133,7 +133,7 @@ func Ask[T any](ctx context.Context, spec Spec, op func(ctx context.Context) (T,
 	if slow {
 		return k.handOver(reply[T]{&k.first, v, err})
 	}
-	t.Stop()
+	t.disarm()
 	if err != nil && ctx.Err() != nil {
 		return v, 1, ctx.Err()
 	}
@@ -141,6 +141,40 @@ func Ask[T any](ctx context.Context, spec Spec, op func(ctx context.Context) (T,
 		return v, 1, ClientClosed(spec.Client)
 	}
 	return v, 1, err
+}
+
+// hedgeTimer is the timer of one request's hedge at a time (see Ask),
+// kept in hedgeTimers between requests: a request answered in time makes
+// none (a timer, and the function it runs: 2 allocations per request,
+// issue 52; BenchmarkAskAnswered).
+type hedgeTimer struct {
+	t *time.Timer
+	k interface{ late() } // the request whose hedge is armed
+}
+
+var hedgeTimers = sync.Pool{New: func() any {
+	h := &hedgeTimer{}
+	h.t = time.AfterFunc(time.Hour, func() { h.k.late() })
+	h.t.Stop()
+	return h
+}}
+
+// armHedge arms a hedge timer: k.late runs after d, unless disarmed
+// first.
+func armHedge(k interface{ late() }, d time.Duration) *hedgeTimer {
+	h := hedgeTimers.Get().(*hedgeTimer)
+	h.k = k
+	h.t.Reset(d)
+	return h
+}
+
+// disarm stops h, which is kept for another request unless it fired (its
+// late may still run).
+func (h *hedgeTimer) disarm() {
+	if h.t.Stop() {
+		h.k = nil
+		hedgeTimers.Put(h)
+	}
 }
 
 // asker is one request that Ask sends, with its attempts.
