@@ -46,13 +46,14 @@ type acquireAttempt struct {
 	// starts, and 0 when it fails.
 	waiter waiter
 	obs    *acquisition // the metrics and span of the acquisition; nil without
-	// ops are the enqueue's (see enqueueOps): the caller's from its last
-	// acquisition, if any (the caller keeps none meanwhile); the enqueue
-	// makes new ones if they do not fit, and leaves them here for the
-	// caller to keep for its next, unless the key waits: a parked waiter
-	// keeps no more than the wait needs (about 1 KB: a quarter of a
-	// waiter's heap), so only a key that held at once keeps them.
-	ops *enqueueOps
+	// ops are the key's operations (see keyOps): the caller's from its
+	// last acquisition, if any (the caller keeps none meanwhile); the
+	// enqueue makes new ones if they do not fit, and leaves them here for
+	// the hold and for the caller to keep for its next, unless the key
+	// waits: a parked waiter keeps no more than the wait needs (about
+	// 1.5 KB: a third of a waiter's heap), so only a key that held at
+	// once keeps them.
+	ops *keyOps
 
 	// Learned by the steps.
 	rev, mod int64 // the key's create and mod revisions, once queued
@@ -157,7 +158,7 @@ func (at *acquireAttempt) queue(ctx context.Context) (h *hold, hdr *pb.ResponseH
 // key has been handed back to the session (see settle).
 func (at *acquireAttempt) enqueue(ctx context.Context) (queued, error) {
 	if !at.ops.fits(at.r, at.key, at.val, at.s.id) {
-		at.ops = newEnqueueOps(at.r, at.key, at.val, at.s.id)
+		at.ops = newKeyOps(at.r, at.key, at.val, at.s.id)
 	}
 	// settledEnqueue takes copies of the attempt's fields, not the
 	// attempt: its goroutine may outlive the call, and would move the
@@ -260,6 +261,9 @@ func (at *acquireAttempt) grant(ctx context.Context, hdr *pb.ResponseHeader) (*h
 	}
 	h := newHold(s, at.key, at.rev, hdr.Revision)
 	h.mod, h.kind = at.mod, r.kind
+	if at.ops != nil {
+		h.del = at.ops.del
+	}
 	// The lock-delay comes first: while it runs the key stays on the
 	// session's lease, so that a max hold shorter than the delay cannot
 	// remove it (and let a waiter of etcd's package in) within the delay.

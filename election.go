@@ -57,8 +57,8 @@ type Election struct {
 	key string // pfx and the session's lease ID in hex: the key Campaign writes
 	err error  // invalid ResumeElection arguments, returned by every method
 
-	gate gate        // entered while a goroutine runs Campaign
-	ops  *enqueueOps // of the last Campaign's enqueue, for the next (see acquireAttempt.ops); guarded by the gate
+	gate gate    // entered while a goroutine runs Campaign
+	ops  *keyOps // of the last Campaign's key, for the next (see acquireAttempt.ops); guarded by the gate
 
 	// opMu serialises Proclaim and Resign, and is held for their round
 	// trips, so that mu, which the getters take, never is.

@@ -54,7 +54,7 @@ const settleGrace = time.Second
 // has been handed back to the session: once the enqueue has settled, it is
 // deleted if it was written; if the outcome stays unknown, it is deleted by
 // lease now and again while it may still be applied (see Session.suspect).
-func settledEnqueue(ctx context.Context, s *Session, r rule, e *enqueueOps) (queued, error) {
+func settledEnqueue(ctx context.Context, s *Session, r rule, e *keyOps) (queued, error) {
 	key := e.key
 	if !s.startSettling() {
 		s.unuse(ctx, key, 0, keep)
@@ -152,7 +152,7 @@ func settle(ctx context.Context, s *Session, key string, q queued, err error) {
 // enqueue puts e.key with value e.val on the session's lease at the end
 // of the queue of r, unless the session has it already, in which case it
 // keeps the key's place and value (adopted: the caller judges it, and
-// sets the value if it must). It takes one transaction, made of e's ops,
+// sets the value if it must). It takes one transaction, made of e's,
 // sent on ctx, which is the enqueue's own and ends with the session's
 // life (see settledEnqueue), and which cancel cancels.
 // A new key is written only if r's guard allows it; the transaction also
@@ -165,7 +165,7 @@ func settle(ctx context.Context, s *Session, key string, q queued, err error) {
 //
 // A lease that no longer exists gives an error matching ErrSessionExpired
 // and ErrLeaseNotFound, and ends the session's life.
-func enqueue(ctx context.Context, cancel context.CancelFunc, s *Session, r rule, e *enqueueOps) (queued, error) {
+func enqueue(ctx context.Context, cancel context.CancelFunc, s *Session, r rule, e *keyOps) (queued, error) {
 	then := e.then
 	if r.guard != nil {
 		then = []clientv3.Op{r.guard(then, r.refused)}
@@ -195,18 +195,20 @@ func enqueue(ctx context.Context, cancel context.CancelFunc, s *Session, r rule,
 	return r.placed(e.key, e.val, resp), nil
 }
 
-// enqueueOps are the parts of an enqueue's transaction that stay the same
-// from one enqueue of a key to the next: the comparison that the key does
-// not exist, its put (its value, on the session's lease) with the read of
-// the newest keys of the rule's over, and its read. clientv3 builds each
-// anew with its options, and applies a read's options twice more to check
-// them: 25 allocations and about 3 µs per enqueue (with the slices that
-// If, Then and Else are given), which a Mutex, an RWMutex, a Semaphore
-// and an Election make once for as long as their key, value and rule
-// stay the same (see fits; issue 52). An Op and a Cmp only hold what they
-// were made with, and each transaction copies what it sends, so one
-// serves every enqueue, and every attempt of one.
-type enqueueOps struct {
+// keyOps are the operations on one key that stay the same from one
+// acquisition of it to the next: the parts of its enqueue's transaction
+// (the comparison that the key does not exist, its put, with its value on
+// the session's lease, and the read of the newest keys of the rule's
+// over; its read), and its delete, for the release of a hold of it.
+// clientv3 builds each anew with its options, and applies a read's
+// options twice more to check them: 29 allocations and about 3.5 µs per
+// Lock and Unlock (with the slices that If, Then and Else are given),
+// which a Mutex, an RWMutex, a Semaphore and an Election make once for as
+// long as their key, value and rule stay the same (see fits; issue 52).
+// An Op and a Cmp only hold what they were made with, and each
+// transaction copies what it sends, so one serves every transaction, and
+// every attempt of one.
+type keyOps struct {
 	key, val string
 	lease    clientv3.LeaseID
 	// what the read of the newest keys was made for: the rule's over,
@@ -218,23 +220,25 @@ type enqueueOps struct {
 	absent []clientv3.Cmp // the key does not exist
 	then   []clientv3.Op  // its put, and the read of the newest keys
 	orElse []clientv3.Op  // its read
+	del    []clientv3.Op  // its delete, for the release of a hold of it (see deleteOps)
 }
 
-// newEnqueueOps makes the ops of an enqueue of key with value val on
-// lease by r.
-func newEnqueueOps(r rule, key, val string, lease clientv3.LeaseID) *enqueueOps {
-	return &enqueueOps{
+// newKeyOps makes the operations on key of an acquisition by r with
+// value val on lease.
+func newKeyOps(r rule, key, val string, lease clientv3.LeaseID) *keyOps {
+	return &keyOps{
 		key: key, val: val, lease: lease,
 		over: r.over, limit: r.limit, weighs: r.weigh != nil,
 		absent: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
 		then:   []clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(lease)), clientv3.OpGet(r.over, r.newestKeys()...)},
 		orElse: []clientv3.Op{clientv3.OpGet(key)},
+		del:    deleteOps(key),
 	}
 }
 
-// fits reports whether e (nil: none) are the ops of an enqueue of key
-// with value val on lease by r.
-func (e *enqueueOps) fits(r rule, key, val string, lease clientv3.LeaseID) bool {
+// fits reports whether e (nil: none) are the operations on key of an
+// acquisition by r with value val on lease.
+func (e *keyOps) fits(r rule, key, val string, lease clientv3.LeaseID) bool {
 	return e != nil && e.key == key && e.val == val && e.lease == lease &&
 		e.over == r.over && e.limit == r.limit && e.weighs == (r.weigh != nil)
 }

@@ -19,8 +19,8 @@ type holder struct {
 	s   *Session
 	pfx string // the lock name followed by "/"
 
-	gate gate        // entered while a goroutine holds or is acquiring
-	ops  *enqueueOps // of the last acquisition's enqueue, for the next (see acquireAttempt.ops); guarded by the gate
+	gate gate    // entered while a goroutine holds or is acquiring
+	ops  *keyOps // of the last acquisition's key, for the next (see acquireAttempt.ops); guarded by the gate
 
 	// relMu serialises releases; it is held for their round trips, so that
 	// mu, which the getters take, never is.

@@ -368,7 +368,7 @@ func (s *Session) deleteKey(ctx context.Context, key string, rev int64) error {
 		}
 		rev = resp.Kvs[0].CreateRevision
 	}
-	_, err := s.deleteRev(ctx, key, rev)
+	_, err := s.deleteRev(ctx, key, rev, deleteOps(key))
 	return err
 }
 
@@ -379,11 +379,8 @@ func (s *Session) deleteKey(ctx context.Context, key string, rev int64) error {
 // that an attempt finds gone when more than one was sent was then most
 // likely deleted by another, and counts as deleted.
 //
-// The operations also, if any, are applied in the same transaction as the
-// delete (a lock-delay's release mark, see markReleased): applied twice or
-// late, they are applied only with the delete, which finds the key gone.
-func (s *Session) deleteRev(ctx context.Context, key string, rev int64, also ...clientv3.Op) (bool, error) {
-	ops := append([]clientv3.Op{clientv3.OpDelete(key)}, also...)
+// ops are the delete of key and what is applied with it (see deleteOps).
+func (s *Session) deleteRev(ctx context.Context, key string, rev int64, ops []clientv3.Op) (bool, error) {
 	resp, sent, err := sessionAsk(ctx, s, request.Write, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
@@ -394,6 +391,16 @@ func (s *Session) deleteRev(ctx context.Context, key string, rev int64, also ...
 		return false, err
 	}
 	return resp.Succeeded || sent > 1, nil
+}
+
+// deleteOps are the operations of deleteRev for key: its delete, then
+// also, applied in the same transaction (a lock-delay's release mark, see
+// markReleased): applied twice or late, they are applied only with the
+// delete, which finds the key gone. Without also, a hold of a key that
+// held at once takes them from its key's operations, made once (see
+// keyOps).
+func deleteOps(key string, also ...clientv3.Op) []clientv3.Op {
+	return append([]clientv3.Op{clientv3.OpDelete(key)}, also...)
 }
 
 // setIfRev sets the value of key to val, on lease (the session's, or a
