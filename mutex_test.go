@@ -109,10 +109,10 @@ func TestMutexCancelledWaitLeavesNoKey(t *testing.T) {
 // BenchmarkLockUnlock times Lock then Unlock of a lock nobody else wants,
 // the path most services take, for this package (impl=ours) and for
 // etcd's (impl=etcd) in one run. The server is the process TestMain
-// started, so B/op and allocs/op are the client's alone: what each
-// package costs per cycle (issue 52). tests/bench_test.go has the same
-// twins on an embedded cluster, whose members count in the process's
-// allocations.
+// started, so B/op, allocs/op and cpu-ns/op (the CPU time of the process,
+// where it can be read) are the client's alone: what each package costs
+// per cycle (issue 52). tests/bench_test.go has the same twins on an
+// embedded cluster, whose members count in the process's allocations.
 func BenchmarkLockUnlock(b *testing.B) {
 	c := newClient(b)
 	ctx := testContext(b)
@@ -122,6 +122,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 	}) {
 		b.ReportAllocs()
 		b.ResetTimer()
+		cpu := processCPU()
 		for range b.N {
 			if err := m.Lock(ctx); err != nil {
 				b.Fatal(err)
@@ -129,6 +130,9 @@ func BenchmarkLockUnlock(b *testing.B) {
 			if err := m.Unlock(ctx); err != nil {
 				b.Fatal(err)
 			}
+		}
+		if cpu >= 0 {
+			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
 		}
 	}
 	b.Run("impl=ours", func(b *testing.B) {
