@@ -41,7 +41,7 @@ type hold struct {
 	// then by Proclaim, which its Election serialises.
 	mod   int64
 	hdr   *pb.ResponseHeader // of the read that showed the key held (Mutex.Header); set before the hold is shared
-	del   []clientv3.Op      // the delete of key (see deleteOps), from its enqueue's ops; nil: made by release
+	del   deletion           // of key (see deletionOf), from the key's operations; none: made by release
 	since time.Time
 
 	ctx    context.Context // cancelled with the cause that ended the hold
@@ -330,13 +330,13 @@ func (h *hold) release(ctx context.Context) (ended bool, err error) {
 	h.mu.Unlock()
 	h.unwatch()
 	h.unpromote()
-	ops := h.del
-	if also := append(h.markReleased(), h.unasked()...); len(also) > 0 || ops == nil {
-		ops = deleteOps(h.key, also...)
+	d := h.del
+	if also := append(h.markReleased(), h.unasked()...); len(also) > 0 || d.ops == nil {
+		d = deletionOf(h.key, also...)
 	}
 	var deleted, unsure bool
 	err = request.Retry(ctx, func() (err error) {
-		deleted, err = h.s.deleteRev(ctx, h.key, h.rev, ops)
+		deleted, err = h.s.deleteRev(ctx, d, h.rev)
 		unsure = unsure || err != nil
 		return err
 	})

@@ -368,23 +368,21 @@ func (s *Session) deleteKey(ctx context.Context, key string, rev int64) error {
 		}
 		rev = resp.Kvs[0].CreateRevision
 	}
-	_, err := s.deleteRev(ctx, key, rev, deleteOps(key))
+	_, err := s.deleteRev(ctx, deletionOf(key), rev)
 	return err
 }
 
-// deleteRev deletes key only if its create revision is rev, so that a late
-// or retried delete never removes a newer incarnation of the same key (etcd
-// #22082). A key that is already gone or newer is not an error.
+// deleteRev deletes d's key only if its create revision is rev, so that
+// a late or retried delete never removes a newer incarnation of the same
+// key (etcd #22082). A key that is already gone or newer is not an error.
 // It reports whether it deleted the key. It is asked as ask does; a key
 // that an attempt finds gone when more than one was sent was then most
 // likely deleted by another, and counts as deleted.
-//
-// ops are the delete of key and what is applied with it (see deleteOps).
-func (s *Session) deleteRev(ctx context.Context, key string, rev int64, ops []clientv3.Op) (bool, error) {
+func (s *Session) deleteRev(ctx context.Context, d deletion, rev int64) (bool, error) {
 	resp, sent, err := sessionAsk(ctx, s, request.Write, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-			Then(ops...).
+			If(clientv3.Compare(d.created, "=", rev)).
+			Then(d.ops...).
 			Commit()
 	})
 	if err != nil {
@@ -393,14 +391,20 @@ func (s *Session) deleteRev(ctx context.Context, key string, rev int64, ops []cl
 	return resp.Succeeded || sent > 1, nil
 }
 
-// deleteOps are the operations of deleteRev for key: its delete, then
-// also, applied in the same transaction (a lock-delay's release mark, see
+// deletion is what deleteRev sends for a key, whatever its revision: the
+// key's create revision, to compare, and the key's delete, then also,
+// applied in the same transaction (a lock-delay's release mark, see
 // markReleased): applied twice or late, they are applied only with the
 // delete, which finds the key gone. Without also, a hold of a key that
-// held at once takes them from its key's operations, made once (see
+// held at once takes it from its key's operations, made once (see
 // keyOps).
-func deleteOps(key string, also ...clientv3.Op) []clientv3.Op {
-	return append([]clientv3.Op{clientv3.OpDelete(key)}, also...)
+type deletion struct {
+	created clientv3.Cmp  // clientv3.CreateRevision(key)
+	ops     []clientv3.Op // the delete, then also
+}
+
+func deletionOf(key string, also ...clientv3.Op) deletion {
+	return deletion{clientv3.CreateRevision(key), append([]clientv3.Op{clientv3.OpDelete(key)}, also...)}
 }
 
 // setIfRev sets the value of key to val, on lease (the session's, or a
