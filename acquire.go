@@ -161,8 +161,8 @@ func (at *acquireAttempt) enqueue(ctx context.Context) (queued, error) {
 		at.ops = newKeyOps(at.r, at.key, at.val, at.s.id)
 	}
 	// settledEnqueue takes copies of the attempt's fields, not the
-	// attempt: its goroutine may outlive the call, and would move the
-	// attempt to the heap.
+	// attempt: the goroutine that settles a key whose caller gave up may
+	// outlive the call, and would move the attempt to the heap.
 	q, err := settledEnqueue(ctx, at.s, at.r, at.ops)
 	if err != nil {
 		return q, err

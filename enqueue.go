@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -35,95 +34,91 @@ type queued struct {
 	hdr     *pb.ResponseHeader // of the transaction
 }
 
-// enqueueSettle bounds how long an enqueue whose caller has given up is
-// still awaited, so that its outcome is known and its key deleted by
-// revision; past it, the key is suspect (see Session.suspect).
+// enqueueSettle bounds how long the enqueue that settles a key whose
+// caller has given up is awaited (see resettle), so that its outcome is
+// known and its key deleted by revision; past it, the key is suspect (see
+// Session.suspect).
 const enqueueSettle = 10 * time.Second
 
-// settleGrace is how long a call whose ctx has ended still waits for its
-// enqueue's answer before it returns and leaves the rest to the
+// settleGrace is how long a call whose ctx has ended still waits for the
+// settling of its key before it returns and leaves the rest to the
 // background.
 const settleGrace = time.Second
 
-// settledEnqueue is enqueue on a context that the caller's cannot cancel:
-// a put that the caller gives up on may still be applied by etcd, so it is
-// awaited in the background (for enqueueSettle at most) and its key is
-// deleted by revision once written. When ctx ends, it returns ctx.Err()
-// after waiting up to settleGrace for the enqueue's answer, so that in the
-// usual case the key is deleted before it returns. On every error, the key
-// has been handed back to the session: once the enqueue has settled, it is
-// deleted if it was written; if the outcome stays unknown, it is deleted by
-// lease now and again while it may still be applied (see Session.suspect).
+// settledEnqueue is enqueue, on the caller's goroutine, on a context that
+// ends with ctx or with the session's life (a gone lease deletes the key
+// anyway). A put that the caller gives up on may still be applied by
+// etcd: when ctx ends before the answer, the enqueue is sent again in the
+// background, on a context that the caller's cannot cancel (see
+// resettle), so that the key's state is known and the key deleted by
+// revision, and it is suspect (see Session.suspect) while the attempt cut
+// short may still be applied; the call returns ctx.Err() after waiting up
+// to settleGrace for that, so that in the usual case the key is deleted
+// before it returns. On every error, the key has been handed back to the
+// session: once its enqueue has settled, it is deleted if it was written;
+// if the outcome stays unknown, it is deleted by lease now and again while
+// it may still be applied.
+//
+// Until issue 52 the enqueue ran on a goroutine of its own, so that its
+// first attempt was awaited, not cut, when ctx ended; that cost a
+// goroutine, a channel and two hand-offs per Lock (about 5 allocations
+// and most of the client CPU above etcd's package, BenchmarkLockUnlock).
 func settledEnqueue(ctx context.Context, s *Session, r rule, e *keyOps) (queued, error) {
-	key := e.key
-	if !s.startSettling() {
-		s.unuse(ctx, key, 0, keep)
-		return queued{}, context.Cause(s.life)
-	}
-	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopLife := context.AfterFunc(s.life, cancel) // a gone lease deletes the key anyway
-	p := &pendingEnqueue{ready: make(chan struct{})}
-	go func() {
-		defer s.settling.Done()
-		defer stopLife()
-		defer cancel()
-		q, err := enqueue(ectx, cancel, s, r, e)
-		p.mu.Lock()
-		p.q, p.err = q, err
-		abandoned := p.abandoned
-		close(p.ready)
-		p.mu.Unlock()
-		if abandoned {
-			settle(ctx, s, key, q, err)
+	ectx, cancel := context.WithCancel(ctx)
+	stopLife := context.AfterFunc(s.life, cancel)
+	q, err := enqueue(ectx, cancel, s, r, e)
+	stopLife()
+	cancel()
+	if ctx.Err() != nil {
+		if err != nil && s.life.Err() == nil {
+			resettle(ctx, s, r, e) // cut short: the outcome is unknown
+		} else {
+			settle(ctx, s, e.key, q, err)
 		}
-	}()
-	select {
-	case <-p.ready:
-	case <-ctx.Done():
-		// Most enqueues answer within milliseconds: wait that long, so
-		// that the key is gone when the call returns, as it is after a
-		// wait that ends. Past settleGrace, return and settle later.
-		t := time.NewTimer(settleGrace)
-		select {
-		case <-p.ready:
-		case <-t.C:
-		}
-		t.Stop()
-		p.mu.Lock()
-		select {
-		case <-p.ready:
-			p.mu.Unlock()
-		default:
-			p.abandoned = true
-			p.mu.Unlock()
-			time.AfterFunc(enqueueSettle, cancel)
-			return queued{}, ctx.Err()
-		}
+		return queued{}, ctx.Err()
 	}
-	if err := ctx.Err(); err != nil {
-		settle(ctx, s, key, p.q, p.err)
-		return queued{}, err
-	}
-	if p.err != nil {
-		settle(ctx, s, key, p.q, p.err)
+	if err != nil {
+		settle(ctx, s, e.key, q, err)
 		if s.life.Err() != nil {
 			// The session's end cuts the enqueue short (see stopLife),
 			// and is the better reason.
 			return queued{}, context.Cause(s.life)
 		}
-		return queued{}, p.err
+		return queued{}, err
 	}
-	return p.q, nil
+	return q, nil
 }
 
-// pendingEnqueue is an enqueue running in the background for
-// settledEnqueue.
-type pendingEnqueue struct {
-	ready     chan struct{} // closed once q and err are set
-	mu        sync.Mutex    // guards q, err and abandoned
-	q         queued
-	err       error
-	abandoned bool // the caller gave up: the enqueue's goroutine settles
+// resettle settles the key of e, whose enqueue its caller's ctx cut short
+// with its outcome unknown: it sends the enqueue again in the background,
+// on a context that ctx cannot cancel, for enqueueSettle at most, and
+// settles the key by its answer (the key found there, or written then, is
+// deleted by revision; see settle). An attempt applied twice only finds
+// the key; the one cut short, applied after the key was deleted, would
+// write it anew: the key is suspect meanwhile. It waits up to settleGrace
+// for the background's settling.
+func resettle(ctx context.Context, s *Session, r rule, e *keyOps) {
+	s.suspect(e.key)
+	if !s.startSettling() {
+		s.unuse(ctx, e.key, 0, keep) // Close has begun: its revoke deletes the key
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer s.settling.Done()
+		defer close(done)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueSettle)
+		defer cancel()
+		defer context.AfterFunc(s.life, cancel)()
+		q, err := enqueue(sctx, cancel, s, r, e)
+		settle(ctx, s, e.key, q, err)
+	}()
+	t := time.NewTimer(settleGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // settle hands back to the session a key whose enqueue ended with q and

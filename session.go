@@ -56,7 +56,7 @@ type Session struct {
 	cancel context.CancelCauseFunc
 
 	done     sync.WaitGroup // the keepalive goroutine, and the health checks' (WithHealthCheck)
-	settling sync.WaitGroup // enqueues awaited, and max-hold leases revoked, in the background (see settledEnqueue, hold.bound)
+	settling sync.WaitGroup // enqueues awaited, and max-hold leases revoked, in the background (see resettle, hold.bound)
 	sweeping sync.WaitGroup // the cleanup goroutine, while it runs (see kickSweeper)
 	checkc   chan struct{}  // asks the keepalive goroutine to renew (and so check) the lease now
 	sweepc   chan struct{}  // asks the cleanup goroutine to delete leftover keys
@@ -346,9 +346,9 @@ func (s *Session) check() {
 	}
 }
 
-// startSettling counts an enqueue that may be awaited in the background
-// (see settledEnqueue), unless Close has begun; the enqueue's goroutine
-// calls s.settling.Done.
+// startSettling counts an enqueue that is awaited in the background
+// (see resettle), unless Close has begun; the enqueue's goroutine calls
+// s.settling.Done.
 func (s *Session) startSettling() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
