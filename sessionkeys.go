@@ -57,15 +57,19 @@ type keyState struct {
 }
 
 // keySet is a session's lock keys and their state. A session mostly uses
-// one key at a time: that one is kept without a map, and a map is made
-// once a second key is used at the same time. A map of one key costs 250
-// bytes per session in use, 6 % of the heap of a queued waiter on a
-// session of its own (measured with LOCKBENCH_HEAPPROFILE: BENCHMARKS.md,
-// "Heap per waiter, by structure"). The zero value is empty. The
-// session's mu guards it.
+// one key at a time: that one is kept without a map, and its state in the
+// set itself, so that a Lock on an idle session allocates none (issue 52);
+// a map is made once a second key is used at the same time. A map of one
+// key costs 250 bytes per session in use, 6 % of the heap of a queued
+// waiter on a session of its own (measured with LOCKBENCH_HEAPPROFILE:
+// BENCHMARKS.md, "Heap per waiter, by structure"). A state is used only
+// while the session's mu is held (nobody keeps it past an unlock: each
+// looks its key up again), so the first's is reused for the next first.
+// The zero value is empty. The session's mu guards it.
 type keySet struct {
 	first  string    // a key, if firstK is not nil
-	firstK *keyState // the state of first; nil if none
+	firstK *keyState // the state of first (&own); nil if none
+	own    keyState
 	more   map[string]*keyState
 }
 
@@ -76,16 +80,19 @@ func (ks *keySet) get(key string) *keyState {
 	return ks.more[key]
 }
 
-// put adds key, which the set does not have, with state k.
-func (ks *keySet) put(key string, k *keyState) {
+// add adds key, which the set does not have, and returns its state, zero.
+func (ks *keySet) add(key string) *keyState {
 	if ks.firstK == nil {
-		ks.first, ks.firstK = key, k
-		return
+		ks.first, ks.own = key, keyState{}
+		ks.firstK = &ks.own
+		return ks.firstK
 	}
 	if ks.more == nil {
 		ks.more = make(map[string]*keyState)
 	}
+	k := &keyState{}
 	ks.more[key] = k
+	return k
 }
 
 func (ks *keySet) del(key string) {
@@ -133,8 +140,7 @@ func (s *Session) use(ctx context.Context, key string, wait bool) error {
 		s.mu.Lock()
 		k := s.keys.get(key)
 		if k == nil {
-			k = &keyState{}
-			s.keys.put(key, k)
+			k = s.keys.add(key)
 		}
 		if d := k.deleting; d != nil && wait {
 			s.mu.Unlock()
