@@ -157,8 +157,8 @@ func (at *acquireAttempt) queue(ctx context.Context) (h *hold, hdr *pb.ResponseH
 // before it is used (see adopt). It sets at.rev and at.mod. On error, the
 // key has been handed back to the session (see settle).
 func (at *acquireAttempt) enqueue(ctx context.Context) (queued, error) {
-	if !at.ops.fits(at.r, at.key, at.val, at.s.id) {
-		at.ops = newKeyOps(at.r, at.key, at.val, at.s.id)
+	if !at.ops.fits(at.s, at.r, at.key, at.val) {
+		at.ops = newKeyOps(at.s, at.r, at.key, at.val)
 	}
 	// settledEnqueue takes copies of the attempt's fields, not the
 	// attempt: the goroutine that settles a key whose caller gave up may

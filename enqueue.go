@@ -161,9 +161,10 @@ func settle(ctx context.Context, s *Session, key string, q queued, err error) {
 // A lease that no longer exists gives an error matching ErrSessionExpired
 // and ErrLeaseNotFound, and ends the session's life.
 func enqueue(ctx context.Context, cancel context.CancelFunc, s *Session, r rule, e *keyOps) (queued, error) {
-	then := e.then
+	op := e.send
 	if r.guard != nil {
-		then = []clientv3.Op{r.guard(then, r.refused)}
+		then := []clientv3.Op{r.guard(e.then, r.refused)}
+		op = func(ctx context.Context) (*clientv3.TxnResponse, error) { return e.txn(ctx, then) }
 	}
 	// Asked as ask does: an attempt applied beside the one answered only
 	// finds the key, as after a lost answer, and writes nothing (the
@@ -171,13 +172,7 @@ func enqueue(ctx context.Context, cancel context.CancelFunc, s *Session, r rule,
 	// One applied later still, after the key was used and deleted, would
 	// write it anew: the key is suspect (deleted by lease while nobody
 	// uses it, see Session.suspect) for as long as that may happen.
-	resp, sent, err := ownAsk(ctx, cancel, s, request.Write, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-		return s.client.Txn(ctx).
-			If(e.absent...).
-			Then(then...).
-			Else(e.orElse...).
-			Commit()
-	})
+	resp, sent, err := ownAsk(ctx, cancel, s, request.Write, op)
 	if sent > 1 {
 		s.suspect(e.key)
 	}
@@ -204,8 +199,8 @@ func enqueue(ctx context.Context, cancel context.CancelFunc, s *Session, r rule,
 // transaction copies what it sends, so one serves every transaction, and
 // every attempt of one.
 type keyOps struct {
+	s        *Session
 	key, val string
-	lease    clientv3.LeaseID
 	// what the read of the newest keys was made for: the rule's over,
 	// its limit, and whether it weighs (see newestKeys).
 	over   string
@@ -216,25 +211,41 @@ type keyOps struct {
 	then   []clientv3.Op  // its put, and the read of the newest keys
 	orElse []clientv3.Op  // its read
 	del    deletion       // for the release of a hold of it
+
+	// send sends the enqueue's transaction (see txn), for a rule without
+	// a guard.
+	send func(ctx context.Context) (*clientv3.TxnResponse, error)
 }
 
 // newKeyOps makes the operations on key of an acquisition by r with
-// value val on lease.
-func newKeyOps(r rule, key, val string, lease clientv3.LeaseID) *keyOps {
-	return &keyOps{
-		key: key, val: val, lease: lease,
+// value val on session s.
+func newKeyOps(s *Session, r rule, key, val string) *keyOps {
+	e := &keyOps{
+		s: s, key: key, val: val,
 		over: r.over, limit: r.limit, weighs: r.weigh != nil,
 		absent: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-		then:   []clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(lease)), clientv3.OpGet(r.over, r.newestKeys()...)},
+		then:   []clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id)), clientv3.OpGet(r.over, r.newestKeys()...)},
 		orElse: []clientv3.Op{clientv3.OpGet(key)},
 		del:    deletionOf(key),
 	}
+	e.send = func(ctx context.Context) (*clientv3.TxnResponse, error) { return e.txn(ctx, e.then) }
+	return e
+}
+
+// txn sends the enqueue's transaction, with then for its put and read of
+// the newest keys (e.then, or what r.guard made of it).
+func (e *keyOps) txn(ctx context.Context, then []clientv3.Op) (*clientv3.TxnResponse, error) {
+	return e.s.client.Txn(ctx).
+		If(e.absent...).
+		Then(then...).
+		Else(e.orElse...).
+		Commit()
 }
 
 // fits reports whether e (nil: none) are the operations on key of an
-// acquisition by r with value val on lease.
-func (e *keyOps) fits(r rule, key, val string, lease clientv3.LeaseID) bool {
-	return e != nil && e.key == key && e.val == val && e.lease == lease &&
+// acquisition by r with value val on session s.
+func (e *keyOps) fits(s *Session, r rule, key, val string) bool {
+	return e != nil && e.s == s && e.key == key && e.val == val &&
 		e.over == r.over && e.limit == r.limit && e.weighs == (r.weigh != nil)
 }
 
