@@ -100,7 +100,7 @@ type Spec struct {
 // for the time the second is due: a request answered in time (nearly
 // all of them) costs no goroutine and no channel (issue 52: a goroutine
 // per request cost 60 to 125 µs of client CPU per Lock and Unlock). If
-// the timer fires first, its goroutine takes over (see asker.late): it
+// the timer fires first, its goroutine takes over (see call.late): it
 // sends the second attempt and weighs the answers as above, and the
 // caller's attempt, once it returns, hands its answer over.
 func Ask[T any](ctx context.Context, spec Spec, op func(ctx context.Context) (T, error)) (v T, sent int, err error) {
@@ -110,7 +110,8 @@ func Ask[T any](ctx context.Context, spec Spec, op func(ctx context.Context) (T,
 	if spec.Client.Ctx().Err() != nil {
 		return v, 0, ClientClosed(spec.Client)
 	}
-	k := &asker[T]{ctx: ctx, Spec: spec, op: op, giveUp: giveUpAfter * spec.Wait}
+	c := calls.Get().(*call)
+	c.ctx, c.Spec, c.op, c.slowPath = ctx, spec, op, askerOf[T]{}
 	actx, cancel := ctx, spec.Own
 	if spec.Own == nil {
 		actx, cancel = context.WithCancel(ctx)
@@ -119,21 +120,21 @@ func Ask[T any](ctx context.Context, spec Spec, op func(ctx context.Context) (T,
 		// closed client's must end at once.
 		defer context.AfterFunc(spec.Client.Ctx(), cancel)()
 	}
-	k.first = attempt{sent: now(), cancel: cancel}
-	k.hedgeAt = k.hedge()
-	t := armHedge(k, k.hedgeAt)
+	c.first = attempt{sent: now(), cancel: cancel}
+	c.hedgeAt = c.hedge()
+	c.t.Reset(c.hedgeAt)
 	v, err = op(actx)
 	if err == nil {
-		k.Answers.answered(k.Class, k.first.sent)
+		spec.Answers.answered(spec.Class, c.first.sent)
 	}
-	k.mu.Lock()
-	slow := k.slow
-	k.answered = true
-	k.mu.Unlock()
+	c.mu.Lock()
+	slow, k := c.slow, c.k
+	c.answered = true
+	c.mu.Unlock()
 	if slow {
-		return k.handOver(reply[T]{&k.first, v, err})
+		return k.(*asker[T]).handOver(reply[T]{&c.first, v, err})
 	}
-	t.disarm()
+	c.recycle()
 	if err != nil && ctx.Err() != nil {
 		return v, 1, ctx.Err()
 	}
@@ -143,61 +144,97 @@ func Ask[T any](ctx context.Context, spec Spec, op func(ctx context.Context) (T,
 	return v, 1, err
 }
 
-// hedgeTimer is the timer of one request's hedge at a time (see Ask),
-// kept in hedgeTimers between requests: a request answered in time makes
-// none (a timer, and the function it runs: 2 allocations per request,
-// issue 52; BenchmarkAskAnswered).
-type hedgeTimer struct {
-	t *time.Timer
-	k interface{ late() } // the request whose hedge is armed
-}
-
-var hedgeTimers = sync.Pool{New: func() any {
-	h := &hedgeTimer{}
-	h.t = time.AfterFunc(time.Hour, func() { h.k.late() })
-	h.t.Stop()
-	return h
-}}
-
-// armHedge arms a hedge timer: k.late runs after d, unless disarmed
-// first.
-func armHedge(k interface{ late() }, d time.Duration) *hedgeTimer {
-	h := hedgeTimers.Get().(*hedgeTimer)
-	h.k = k
-	h.t.Reset(d)
-	return h
-}
-
-// disarm stops h, which is kept for another request unless it fired (its
-// late may still run).
-func (h *hedgeTimer) disarm() {
-	if h.t.Stop() {
-		h.k = nil
-		hedgeTimers.Put(h)
-	}
-}
-
-// asker is one request that Ask sends, with its attempts.
-type asker[T any] struct {
+// call is a request that Ask sends, while its first attempt is alone:
+// what the hedge's timer needs to take over (see late). Calls are kept,
+// each with its timer, in calls between requests, so that a request
+// answered in time allocates nothing of Ask's own (a timer, the function
+// it runs, the request's state: 3 allocations per request, issue 52;
+// BenchmarkAskAnswered).
+type call struct {
+	t   *time.Timer // runs late when hedgeAt has passed
 	ctx context.Context
 	Spec
-	op      func(ctx context.Context) (T, error)
-	first   attempt       // sent by the caller's goroutine
-	hedgeAt time.Duration // how long the first attempt waits alone (see hedge)
-	giveUp  time.Duration // how long the older attempt waits before it is given up anyway
+	op       any           // the op Ask was given: a func(context.Context) (T, error)
+	slowPath asking        // makes the asker of the request's T (see late)
+	first    attempt       // sent by the caller's goroutine
+	hedgeAt  time.Duration // how long the first attempt waits alone (see hedge)
 
-	mu       sync.Mutex // guards slow and answered
+	mu       sync.Mutex // guards slow, answered and k
 	slow     bool       // the hedge's timer fired first: its goroutine weighs the answers (see late)
 	answered bool       // the first attempt has returned: no hedge from now on
+	k        slowAsker  // the request's asker, once late took over
+}
 
-	// Set up by late, then used by its goroutine (and replies, done and
-	// result by the caller's to hand over).
-	replies chan reply[T]
+// A slowAsker weighs the attempts of a request whose first was late (see
+// asker.run).
+type slowAsker interface{ run() }
+
+var calls = sync.Pool{New: func() any {
+	c := &call{}
+	c.t = time.AfterFunc(time.Hour, c.late)
+	c.t.Stop()
+	return c
+}}
+
+// recycle ends c, whose first attempt answered before its hedge was due:
+// it is kept for another request unless its timer fired (late may still
+// be running).
+func (c *call) recycle() {
+	if !c.t.Stop() {
+		return
+	}
+	c.ctx, c.Spec, c.op, c.slowPath, c.first, c.answered = nil, Spec{}, nil, nil, attempt{}, false
+	calls.Put(c)
+}
+
+// late runs, on the goroutine of the hedge's timer, when the first
+// attempt has waited hedgeAt: unless it has just returned, it makes the
+// request's asker, which sends a second attempt beside the first and
+// weighs the answers (see weigh), then hands the request's answer to the
+// caller.
+func (c *call) late() {
+	c.mu.Lock()
+	if c.answered {
+		c.mu.Unlock()
+		return
+	}
+	c.slow = true
+	k := c.slowPath.asker(c)
+	c.k = k
+	c.mu.Unlock()
+	k.run()
+}
+
+// asker is one request that Ask sends, with its attempts, once its first
+// was late.
+type asker[T any] struct {
+	*call
+	op     func(ctx context.Context) (T, error)
+	giveUp time.Duration // how long the older attempt waits before it is given up anyway
+
+	replies chan reply[T]  // the attempts' answers, the first's from the caller's goroutine (see handOver)
 	done    chan struct{}  // closed when the answer is settled: no reply is taken
 	result  chan reply[T]  // the request's answer, to the caller
 	wg      sync.WaitGroup // the attempts running, the first's included
 	flight  []*attempt     // waiting, oldest first
 	sent    int            // attempts sent
+}
+
+// asking makes the asker of a call whose first attempt is late, for the
+// request's T: askerOf[T], a value of no size, which a call holds
+// without an allocation (a generic function's value is a closure).
+type asking interface{ asker(c *call) slowAsker }
+
+type askerOf[T any] struct{}
+
+func (askerOf[T]) asker(c *call) slowAsker {
+	k := &asker[T]{
+		call: c, op: c.op.(func(context.Context) (T, error)), giveUp: giveUpAfter * c.Wait,
+		replies: make(chan reply[T]), done: make(chan struct{}), result: make(chan reply[T], 1),
+		flight: []*attempt{&c.first}, sent: 1,
+	}
+	k.wg.Add(1) // the first attempt's: the caller's goroutine ends it (see handOver)
+	return k
 }
 
 // attempt is one attempt of a request that Ask sends.
@@ -213,24 +250,9 @@ type reply[T any] struct {
 	err error
 }
 
-// late runs, on the goroutine of the hedge's timer, when the first
-// attempt has waited hedgeAt: unless it has just returned, it sends a
-// second attempt beside it and weighs the answers (see weigh), then
-// hands the request's answer to the caller.
-func (k *asker[T]) late() {
-	k.mu.Lock()
-	if k.answered {
-		k.mu.Unlock()
-		return
-	}
-	k.slow = true
-	k.replies = make(chan reply[T])
-	k.done = make(chan struct{})
-	k.result = make(chan reply[T], 1)
-	k.flight = append(k.flight, &k.first)
-	k.sent = 1
-	k.wg.Add(1) // the first attempt's: the caller's goroutine ends it (see handOver)
-	k.mu.Unlock()
+// run weighs the answers (see weigh) and hands the request's to the
+// caller.
+func (k *asker[T]) run() {
 	v, err := k.weigh()
 	k.result <- reply[T]{v: v, err: err}
 }
@@ -349,17 +371,17 @@ func (k *asker[T]) settle(r reply[T]) (done bool, err error) {
 // slow renewal's usual time only moves the client's renewals to a new
 // stream (see the renewer), which delays the session's next ones, while
 // it could not come back faster.
-func (k *asker[T]) hedge() time.Duration {
-	d := k.Wait
+func (c *call) hedge() time.Duration {
+	d := c.Wait
 	hedge := d/2 + rand.N(d/2+1)
-	late := min(2*k.Answers.recently(k.Class), 2*d)
-	if k.Class == Renew {
-		late = 3 * k.Answers.recently(k.Class) / 2
+	late := min(2*c.Answers.recently(c.Class), 2*d)
+	if c.Class == Renew {
+		late = 3 * c.Answers.recently(c.Class) / 2
 		// But early enough that a second attempt, on another connection,
 		// can still be answered before the renewal's deadline (its ctx's):
 		// after a spell of slow renewals, a connection that then goes
 		// silent must not hold every renewal until the session ends.
-		if dl, ok := k.ctx.Deadline(); ok {
+		if dl, ok := c.ctx.Deadline(); ok {
 			late = min(late, time.Until(dl)/2)
 		}
 	}
@@ -371,8 +393,8 @@ func (k *asker[T]) hedge() time.Duration {
 // client's periodic requests: a session's renewals, each two picks of the
 // balancer when one connection is silent, otherwise leave every attempt
 // sent in step the silent connection.
-func (k *asker[T]) tick() time.Duration {
-	d := k.Wait
+func (c *call) tick() time.Duration {
+	d := c.Wait
 	return max(d/8+rand.N(d/8+1), 20*time.Millisecond)
 }
 
