@@ -94,11 +94,13 @@ func settledEnqueue(ctx context.Context, s *Session, r rule, e *keyOps) (queued,
 // on a context that ctx cannot cancel, for enqueueSettle at most, and
 // settles the key by its answer (the key found there, or written then, is
 // deleted by revision; see settle). An attempt applied twice only finds
-// the key; the one cut short, applied after the key was deleted, would
-// write it anew: the key is suspect meanwhile. It waits up to settleGrace
-// for the background's settling.
+// the key. If the resend finds the key, the attempt cut short was applied
+// and cannot be again; otherwise it may still be, after the key was
+// deleted, and write it anew: the key is then suspect (see
+// Session.suspect), and only then, so that a cut enqueue that had been
+// applied costs its session's sweeper no reads. It waits up to
+// settleGrace for the background's settling.
 func resettle(ctx context.Context, s *Session, r rule, e *keyOps) {
-	s.suspect(e.key)
 	if !s.startSettling() {
 		s.unuse(ctx, e.key, 0, keep) // Close has begun: its revoke deletes the key
 		return
@@ -111,6 +113,9 @@ func resettle(ctx context.Context, s *Session, r rule, e *keyOps) {
 		defer cancel()
 		defer context.AfterFunc(s.life, cancel)()
 		q, err := enqueue(sctx, cancel, s, r, e)
+		if err == nil && !q.adopted {
+			s.suspect(e.key) // written or refused now: the attempt cut short may still be applied
+		}
 		settle(ctx, s, e.key, q, err)
 	}()
 	t := time.NewTimer(settleGrace)
