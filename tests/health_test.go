@@ -132,7 +132,15 @@ func TestHealthFailuresEndSession(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("hold alive 5 s after the third failure in a row")
 	}
+	// The holds' contexts and the session's are children of the session's
+	// life, which Go cancels one after another: each must end, within the
+	// same bound, and with the cause.
 	for _, hctx := range []context.Context{mctx, sctx, s.Ctx()} {
+		select {
+		case <-hctx.Done():
+		case <-time.After(time.Until(ended.Add(5 * time.Second))):
+			t.Fatal("a hold or the session alive 5 s after the third failure in a row")
+		}
 		cause := context.Cause(hctx)
 		if !errors.Is(cause, concurrency.ErrUnhealthy) || !errors.Is(cause, concurrency.ErrSessionExpired) || !errors.Is(cause, errSick) {
 			t.Fatalf("cause = %v, want ErrUnhealthy, ErrSessionExpired and the check's error", cause)
