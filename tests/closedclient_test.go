@@ -3,6 +3,7 @@ package concurrency_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,13 +63,23 @@ func TestClosedClientEndsSessions(t *testing.T) {
 		t.Fatalf("Lock: %v", err)
 	}
 	waiter := concurrency.NewMutex(sessions[1], pfx+"/lock")
-	lockErr := async(t, func() error { return waiter.Lock(t.Context()) })
+	// Each call notes when it returned: the test reads them one after
+	// another, after Close has returned, which can take a while itself.
+	var returned sync.Map // what -> time.Time
+	timed := func(what string, f func() error) <-chan error {
+		return async(t, func() error {
+			err := f()
+			returned.Store(what, time.Now())
+			return err
+		})
+	}
+	lockErr := timed("waiting Lock", func() error { return waiter.Lock(t.Context()) })
 	etcdtest.WaitKeys(t, c, pfx+"/lock", 2)
 
-	watchLeader := async(t, func() error {
+	watchLeader := timed("WatchLeader", func() error {
 		return concurrency.WatchLeader(t.Context(), c, pfx+"/election", func(concurrency.LeaderInfo) {})
 	})
-	watchShards := async(t, func() error {
+	watchShards := timed("WatchShards", func() error {
 		return concurrency.WatchShards(t.Context(), c, pfx+"/shards", 4, func(*concurrency.ShardGroup) {})
 	})
 	// A recipe's wait: a barrier held by another client.
@@ -76,13 +87,13 @@ func TestClosedClientEndsSessions(t *testing.T) {
 	if err := recipes.NewBarrier(other, pfx+"/barrier").HoldContext(t.Context()); err != nil {
 		t.Fatalf("barrier Hold: %v", err)
 	}
-	barrierWait := async(t, func() error { return recipes.NewBarrier(c, pfx+"/barrier").WaitContext(t.Context()) })
+	barrierWait := timed("Barrier.WaitContext", func() error { return recipes.NewBarrier(c, pfx+"/barrier").WaitContext(t.Context()) })
 	// A WorkQueue's Take on an empty queue, waiting in its line.
 	wq, err := recipes.NewWorkQueue(c, pfx+"/work")
 	if err != nil {
 		t.Fatal(err)
 	}
-	take := async(t, func() error { _, err := wq.Take(t.Context(), sessions[2]); return err })
+	take := timed("WorkQueue.Take", func() error { _, err := wq.Take(t.Context(), sessions[2]); return err })
 	etcdtest.WaitKeys(t, c, pfx+"/work/wait", 1)
 
 	closed := time.Now()
@@ -97,7 +108,8 @@ func TestClosedClientEndsSessions(t *testing.T) {
 	for what, errc := range map[string]<-chan error{"waiting Lock": lockErr, "WatchLeader": watchLeader, "WatchShards": watchShards, "Barrier.WaitContext": barrierWait, "WorkQueue.Take": take} {
 		select {
 		case err := <-errc:
-			if took := time.Since(closed); took > closedWithin {
+			at, _ := returned.Load(what)
+			if took := at.(time.Time).Sub(closed); took > closedWithin {
 				t.Errorf("%s returned %v after Close, more than %v", what, took, closedWithin)
 			}
 			if what == "waiting Lock" {
