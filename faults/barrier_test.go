@@ -81,11 +81,15 @@ func checkBarriers(rep *hc.Report, wl string, ops []hc.Op, inWindow func(time.Ti
 		}
 		return t
 	}
+	// before reports whether w returned ok before opened.
+	before := func(opened time.Time) func(w *call) bool {
+		return func(w *call) bool { return ok(w) && ts(w.done).Before(opened) }
+	}
 	// early checks that no call of waits returned ok before opened.
 	early := func(id, what string, waits []*call, opened time.Time) {
 		for _, w := range waits {
 			rep.Checked[hc.BarrierEarly]++
-			if ok(w) && ts(w.done).Before(opened) {
+			if before(opened)(w) {
 				rep.Violate(hc.BarrierEarly, "%s round %s: %s %s returned at %s, before %s was called at %s",
 					wl, id, w.invoke.Client, w.invoke.F, ts(w.done).Format("15:04:05.000"), what, opened.Format("15:04:05.000"))
 			}
@@ -146,8 +150,7 @@ func checkBarriers(rep *hc.Report, wl string, ops []hc.Op, inWindow func(time.Ti
 			if end := r[fDBRound][0]; !ok(end) {
 				why := strings.SplitN(end.done.Err, ": ", 2)[0]
 				unchecked[why]++
-				opened := lastInvoke(r[fDBLeave])
-				if slices.ContainsFunc(r[fDBLeave], func(w *call) bool { return ok(w) && ts(w.done).Before(opened) }) {
+				if slices.ContainsFunc(r[fDBLeave], before(lastInvoke(r[fDBLeave]))) {
 					unchecked[why+", with a Leave before the last was called"]++
 				}
 				continue
