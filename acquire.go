@@ -46,6 +46,14 @@ type acquireAttempt struct {
 	// starts, and 0 when it fails.
 	waiter waiter
 	obs    *acquisition // the metrics and span of the acquisition; nil without
+	// ops are the key's operations (see keyOps): the caller's from its
+	// last acquisition, if any (the caller keeps none meanwhile); the
+	// enqueue makes new ones if they do not fit, and leaves them here for
+	// the hold and for the caller to keep for its next, unless the key
+	// waits: a parked waiter keeps no more than the wait needs (about
+	// 1.5 KB: a third of a waiter's heap), so only a key that held at
+	// once keeps them.
+	ops *keyOps
 
 	// Learned by the steps.
 	rev, mod int64 // the key's create and mod revisions, once queued
@@ -138,7 +146,7 @@ func (at *acquireAttempt) queue(ctx context.Context) (h *hold, hdr *pb.ResponseH
 		settle(ctx, at.s, at.key, q, nil)
 		return nil, nil, false, ErrLocked
 	}
-	at.next, at.seen = q.next, q.hdr.Revision
+	at.next, at.seen, at.ops = q.next, q.hdr.Revision, nil
 	return nil, nil, true, nil
 }
 
@@ -149,10 +157,13 @@ func (at *acquireAttempt) queue(ctx context.Context) (h *hold, hdr *pb.ResponseH
 // before it is used (see adopt). It sets at.rev and at.mod. On error, the
 // key has been handed back to the session (see settle).
 func (at *acquireAttempt) enqueue(ctx context.Context) (queued, error) {
+	if !at.ops.fits(at.s, at.r, at.key, at.val) {
+		at.ops = newKeyOps(at.s, at.r, at.key, at.val)
+	}
 	// settledEnqueue takes copies of the attempt's fields, not the
-	// attempt: its goroutine may outlive the call, and would move the
-	// attempt to the heap.
-	q, err := settledEnqueue(ctx, at.s, at.r, at.key, at.val)
+	// attempt: the goroutine that settles a key whose caller gave up may
+	// outlive the call, and would move the attempt to the heap.
+	q, err := settledEnqueue(ctx, at.s, at.r, at.ops)
 	if err != nil {
 		return q, err
 	}
@@ -250,6 +261,9 @@ func (at *acquireAttempt) grant(ctx context.Context, hdr *pb.ResponseHeader) (*h
 	}
 	h := newHold(s, at.key, at.rev, hdr.Revision)
 	h.mod, h.kind = at.mod, r.kind
+	if at.ops != nil {
+		h.del = at.ops.del
+	}
 	// The lock-delay comes first: while it runs the key stays on the
 	// session's lease, so that a max hold shorter than the delay cannot
 	// remove it (and let a waiter of etcd's package in) within the delay.

@@ -447,8 +447,10 @@
 //     acquired (#22082);
 //   - cleanup after a failed Lock or Campaign is bounded in time and leaves
 //     no key (#18082, #21128), also when its ctx ended while its write was
-//     in flight: the write is awaited in the background and its key deleted
-//     by revision;
+//     in flight: the write is sent again in the background to learn the
+//     key's state, the key is deleted by revision (and, if the write cut
+//     short may still land, by lease for a minute), and the call waits up
+//     to a second for that;
 //   - a wait survives compaction;
 //   - a Mutex and an Election are safe for concurrent use (#7547);
 //   - IsOwner does not hold while Lock waits (#12017), and Election.Rev is 0

@@ -57,7 +57,8 @@ type Election struct {
 	key string // pfx and the session's lease ID in hex: the key Campaign writes
 	err error  // invalid ResumeElection arguments, returned by every method
 
-	gate gate // entered while a goroutine runs Campaign
+	gate gate    // entered while a goroutine runs Campaign
+	ops  *keyOps // of the last Campaign's key, for the next (see acquireAttempt.ops); guarded by the gate
 
 	// opMu serialises Proclaim and Resign, and is held for their round
 	// trips, so that mu, which the getters take, never is.
@@ -187,7 +188,10 @@ func (e *Election) Campaign(ctx context.Context, val string) error {
 
 	r := mutexRule(e.pfx)
 	r.kind = kindElection
-	h, hdr, err := acquire(ctx, &acquireAttempt{s: e.s, r: r, key: e.key, val: val, update: true, wait: true, waiter: e})
+	at := &acquireAttempt{s: e.s, r: r, key: e.key, val: val, update: true, wait: true, waiter: e, ops: e.ops}
+	e.ops = nil // the attempt has them (see acquireAttempt.ops)
+	h, hdr, err := acquire(ctx, at)
+	e.ops = at.ops
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -35,94 +34,96 @@ type queued struct {
 	hdr     *pb.ResponseHeader // of the transaction
 }
 
-// enqueueSettle bounds how long an enqueue whose caller has given up is
-// still awaited, so that its outcome is known and its key deleted by
-// revision; past it, the key is suspect (see Session.suspect).
+// enqueueSettle bounds how long the enqueue that settles a key whose
+// caller has given up is awaited (see resettle), so that its outcome is
+// known and its key deleted by revision; past it, the key is suspect (see
+// Session.suspect).
 const enqueueSettle = 10 * time.Second
 
-// settleGrace is how long a call whose ctx has ended still waits for its
-// enqueue's answer before it returns and leaves the rest to the
+// settleGrace is how long a call whose ctx has ended still waits for the
+// settling of its key before it returns and leaves the rest to the
 // background.
 const settleGrace = time.Second
 
-// settledEnqueue is enqueue on a context that the caller's cannot cancel:
-// a put that the caller gives up on may still be applied by etcd, so it is
-// awaited in the background (for enqueueSettle at most) and its key is
-// deleted by revision once written. When ctx ends, it returns ctx.Err()
-// after waiting up to settleGrace for the enqueue's answer, so that in the
-// usual case the key is deleted before it returns. On every error, the key
-// has been handed back to the session: once the enqueue has settled, it is
-// deleted if it was written; if the outcome stays unknown, it is deleted by
-// lease now and again while it may still be applied (see Session.suspect).
-func settledEnqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, error) {
-	if !s.startSettling() {
-		s.unuse(ctx, key, 0, keep)
-		return queued{}, context.Cause(s.life)
-	}
-	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stopLife := context.AfterFunc(s.life, cancel) // a gone lease deletes the key anyway
-	p := &pendingEnqueue{ready: make(chan struct{})}
-	go func() {
-		defer s.settling.Done()
-		defer stopLife()
-		defer cancel()
-		q, err := enqueue(ectx, s, r, key, val)
-		p.mu.Lock()
-		p.q, p.err = q, err
-		abandoned := p.abandoned
-		close(p.ready)
-		p.mu.Unlock()
-		if abandoned {
-			settle(ctx, s, key, q, err)
+// settledEnqueue is enqueue, on the caller's goroutine, on a context that
+// ends with ctx or with the session's life (a gone lease deletes the key
+// anyway). A put that the caller gives up on may still be applied by
+// etcd: when ctx ends before the answer, the enqueue is sent again in the
+// background, on a context that the caller's cannot cancel (see
+// resettle), so that the key's state is known and the key deleted by
+// revision, and it is suspect (see Session.suspect) while the attempt cut
+// short may still be applied; the call returns ctx.Err() after waiting up
+// to settleGrace for that, so that in the usual case the key is deleted
+// before it returns. On every error, the key has been handed back to the
+// session: once its enqueue has settled, it is deleted if it was written;
+// if the outcome stays unknown, it is deleted by lease now and again while
+// it may still be applied.
+//
+// Until issue 52 the enqueue ran on a goroutine of its own, so that its
+// first attempt was awaited, not cut, when ctx ended; that cost a
+// goroutine, a channel and two hand-offs per Lock (about 5 allocations
+// and most of the client CPU above etcd's package, BenchmarkLockUnlock).
+func settledEnqueue(ctx context.Context, s *Session, r rule, e *keyOps) (queued, error) {
+	ectx, cancel := context.WithCancel(ctx)
+	stopLife := context.AfterFunc(s.life, cancel)
+	q, err := enqueue(ectx, cancel, s, r, e)
+	stopLife()
+	cancel()
+	if ctx.Err() != nil {
+		if err != nil && s.life.Err() == nil {
+			resettle(ctx, s, r, e) // cut short: the outcome is unknown
+		} else {
+			settle(ctx, s, e.key, q, err)
 		}
-	}()
-	select {
-	case <-p.ready:
-	case <-ctx.Done():
-		// Most enqueues answer within milliseconds: wait that long, so
-		// that the key is gone when the call returns, as it is after a
-		// wait that ends. Past settleGrace, return and settle later.
-		t := time.NewTimer(settleGrace)
-		select {
-		case <-p.ready:
-		case <-t.C:
-		}
-		t.Stop()
-		p.mu.Lock()
-		select {
-		case <-p.ready:
-			p.mu.Unlock()
-		default:
-			p.abandoned = true
-			p.mu.Unlock()
-			time.AfterFunc(enqueueSettle, cancel)
-			return queued{}, ctx.Err()
-		}
+		return queued{}, ctx.Err()
 	}
-	if err := ctx.Err(); err != nil {
-		settle(ctx, s, key, p.q, p.err)
-		return queued{}, err
-	}
-	if p.err != nil {
-		settle(ctx, s, key, p.q, p.err)
+	if err != nil {
+		settle(ctx, s, e.key, q, err)
 		if s.life.Err() != nil {
 			// The session's end cuts the enqueue short (see stopLife),
 			// and is the better reason.
 			return queued{}, context.Cause(s.life)
 		}
-		return queued{}, p.err
+		return queued{}, err
 	}
-	return p.q, nil
+	return q, nil
 }
 
-// pendingEnqueue is an enqueue running in the background for
-// settledEnqueue.
-type pendingEnqueue struct {
-	ready     chan struct{} // closed once q and err are set
-	mu        sync.Mutex    // guards q, err and abandoned
-	q         queued
-	err       error
-	abandoned bool // the caller gave up: the enqueue's goroutine settles
+// resettle settles the key of e, whose enqueue its caller's ctx cut short
+// with its outcome unknown: it sends the enqueue again in the background,
+// on a context that ctx cannot cancel, for enqueueSettle at most, and
+// settles the key by its answer (the key found there, or written then, is
+// deleted by revision; see settle). An attempt applied twice only finds
+// the key. If the resend finds the key, the attempt cut short was applied
+// and cannot be again; otherwise it may still be, after the key was
+// deleted, and write it anew: the key is then suspect (see
+// Session.suspect), and only then, so that a cut enqueue that had been
+// applied costs its session's sweeper no reads. It waits up to
+// settleGrace for the background's settling.
+func resettle(ctx context.Context, s *Session, r rule, e *keyOps) {
+	if !s.startSettling() {
+		s.unuse(ctx, e.key, 0, keep) // Close has begun: its revoke deletes the key
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer s.settling.Done()
+		defer close(done)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueSettle)
+		defer cancel()
+		defer context.AfterFunc(s.life, cancel)()
+		q, err := enqueue(sctx, cancel, s, r, e)
+		if err == nil && !q.adopted {
+			s.suspect(e.key) // written or refused now: the attempt cut short may still be applied
+		}
+		settle(ctx, s, e.key, q, err)
+	}()
+	t := time.NewTimer(settleGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // settle hands back to the session a key whose enqueue ended with q and
@@ -148,13 +149,15 @@ func settle(ctx context.Context, s *Session, key string, q queued, err error) {
 	}
 }
 
-// enqueue puts key with value val on the session's lease at the end of the
-// queue of r, unless the session has it already, in which case it keeps
-// the key's place and value (adopted: the caller judges it, and sets the
-// value if it must). It takes one transaction. A new key is
-// written only if r's guard allows it; the transaction also reads the
-// newest limit+1 keys of over older than it, which decide whether it holds
-// (it is the newest key, so nothing can come between).
+// enqueue puts e.key with value e.val on the session's lease at the end
+// of the queue of r, unless the session has it already, in which case it
+// keeps the key's place and value (adopted: the caller judges it, and
+// sets the value if it must). It takes one transaction, made of e's,
+// sent on ctx, which is the enqueue's own and ends with the session's
+// life (see settledEnqueue), and which cancel cancels.
+// A new key is written only if r's guard allows it; the transaction also
+// reads the newest limit+1 keys of over older than it, which decide
+// whether it holds (it is the newest key, so nothing can come between).
 //
 // Mutex.Lock and TryLock leave an adopted key's value as it is (etcd's
 // Mutex writes "", etcdlock a description of its holder); Campaign sets
@@ -162,29 +165,21 @@ func settle(ctx context.Context, s *Session, key string, q queued, err error) {
 //
 // A lease that no longer exists gives an error matching ErrSessionExpired
 // and ErrLeaseNotFound, and ends the session's life.
-func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, error) {
-	// limit+2: the key itself, when it is in over, and limit+1 older keys.
-	newest := clientv3.OpGet(r.over, r.olderKeys(clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(r.limit)+2))...)
-	then := []clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id)), newest}
+func enqueue(ctx context.Context, cancel context.CancelFunc, s *Session, r rule, e *keyOps) (queued, error) {
+	op := e.send
 	if r.guard != nil {
-		then = []clientv3.Op{r.guard(then, r.refused)}
+		then := []clientv3.Op{r.guard(e.then, r.refused)}
+		op = func(ctx context.Context) (*clientv3.TxnResponse, error) { return e.txn(ctx, then) }
 	}
-	orElse := []clientv3.Op{clientv3.OpGet(key)}
 	// Asked as ask does: an attempt applied beside the one answered only
 	// finds the key, as after a lost answer, and writes nothing (the
 	// answer's key is adopted when the answered attempt was the later).
 	// One applied later still, after the key was used and deleted, would
 	// write it anew: the key is suspect (deleted by lease while nobody
 	// uses it, see Session.suspect) for as long as that may happen.
-	resp, sent, err := sessionAsk(ctx, s, request.Write, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-		return s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(then...).
-			Else(orElse...).
-			Commit()
-	})
+	resp, sent, err := ownAsk(ctx, cancel, s, request.Write, op)
 	if sent > 1 {
-		s.suspect(key)
+		s.suspect(e.key)
 	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return queued{}, s.leaseGone(err)
@@ -192,8 +187,89 @@ func enqueue(ctx context.Context, s *Session, r rule, key, val string) (queued, 
 	if err != nil {
 		return queued{}, err
 	}
-	return r.placed(key, val, resp), nil
+	return r.placed(e.key, e.val, resp), nil
 }
+
+// keyOps are the operations on one key that stay the same from one
+// acquisition of it to the next: the parts of its enqueue's transaction
+// (the comparison that the key does not exist, its put, with its value on
+// the session's lease, and the read of the newest keys of the rule's
+// over; its read), and its deletion, for the release of a hold of it.
+// clientv3 builds each anew with its options, and applies a read's
+// options twice more to check them: 31 allocations and about 3.5 µs per
+// Lock and Unlock (with the slices that If, Then and Else are given),
+// which a Mutex, an RWMutex, a Semaphore and an Election make once for as
+// long as their key, value and rule stay the same (see fits; issue 52).
+// An Op and a Cmp only hold what they were made with, and each
+// transaction copies what it sends, so one serves every transaction, and
+// every attempt of one.
+type keyOps struct {
+	s        *Session
+	key, val string
+	// what the read of the newest keys was made for: the rule's over,
+	// its limit, and whether it weighs (see newestKeys).
+	over   string
+	limit  int
+	weighs bool
+
+	absent []clientv3.Cmp // the key does not exist
+	then   []clientv3.Op  // its put, and the read of the newest keys
+	orElse []clientv3.Op  // its read
+	del    deletion       // for the release of a hold of it
+
+	// send sends the enqueue's transaction (see txn), for a rule without
+	// a guard.
+	send func(ctx context.Context) (*clientv3.TxnResponse, error)
+}
+
+// newKeyOps makes the operations on key of an acquisition by r with
+// value val on session s.
+func newKeyOps(s *Session, r rule, key, val string) *keyOps {
+	e := &keyOps{
+		s: s, key: key, val: val,
+		over: r.over, limit: r.limit, weighs: r.weigh != nil,
+		absent: []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+		then:   []clientv3.Op{clientv3.OpPut(key, val, clientv3.WithLease(s.id)), clientv3.OpGet(r.over, r.newestKeys()...)},
+		orElse: []clientv3.Op{clientv3.OpGet(key)},
+		del:    deletionOf(key),
+	}
+	e.send = func(ctx context.Context) (*clientv3.TxnResponse, error) { return e.txn(ctx, e.then) }
+	return e
+}
+
+// txn sends the enqueue's transaction, with then for its put and read of
+// the newest keys (e.then, or what r.guard made of it).
+func (e *keyOps) txn(ctx context.Context, then []clientv3.Op) (*clientv3.TxnResponse, error) {
+	return e.s.client.Txn(ctx).
+		If(e.absent...).
+		Then(then...).
+		Else(e.orElse...).
+		Commit()
+}
+
+// fits reports whether e (nil: none) are the operations on key of an
+// acquisition by r with value val on session s.
+func (e *keyOps) fits(s *Session, r rule, key, val string) bool {
+	return e != nil && e.s == s && e.key == key && e.val == val &&
+		e.over == r.over && e.limit == r.limit && e.weighs == (r.weigh != nil)
+}
+
+// newestKeys returns the options of the enqueue's read of the newest
+// keys of r.over: limit+2 of them, the key itself, when it is in over, and
+// limit+1 older keys (see olderKeys). Those of a rule of limit 1 that
+// reads keys alone (every rule but a Semaphore's) are made once: making
+// them cost four allocations per enqueue (issue 52).
+func (r rule) newestKeys() []clientv3.OpOption {
+	if r.limit == 1 && r.weigh == nil {
+		return newestOfOne
+	}
+	return r.olderKeys(clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(r.limit)+2))
+}
+
+// newestOfOne is newestKeys of a rule of limit 1 that reads keys alone.
+// An OpOption only sets fields of the Op it is applied to, so one may
+// serve every read.
+var newestOfOne = mutexRule("").olderKeys(clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(3))
 
 // placed reads where the enqueue of key, with value val, by rule r left
 // the key, from its transaction's response: found there already

@@ -41,10 +41,17 @@ type hold struct {
 	// then by Proclaim, which its Election serialises.
 	mod   int64
 	hdr   *pb.ResponseHeader // of the read that showed the key held (Mutex.Header); set before the hold is shared
+	del   deletion           // of key (see deletionOf), from the key's operations; none: made by release
 	since time.Time
 
-	ctx    context.Context // cancelled with the cause that ended the hold
+	// ctx is cancelled with the cause that ended the hold (see context):
+	// made on first use, so that a hold whose context nobody asks for
+	// makes none (2 allocations per Lock, issue 52); until then, cause is
+	// the cause that ended the hold, if it has ended.
+	ctxMu  sync.Mutex // guards ctx, cancel and cause
+	ctx    context.Context
 	cancel context.CancelCauseFunc
+	cause  error
 
 	// Set by the acquisition before the hold is shared: the kind of lock
 	// (for traces), and with metrics or traces what records the end (see
@@ -85,16 +92,34 @@ func holdContext(h *hold) context.Context {
 	h.wanted = true
 	h.mu.Unlock()
 	h.watch()
-	return h.ctx
+	return h.context()
 }
 
 // newHold starts a hold of key, created at rev and last seen by a read at
 // seenRev (0 if unknown). It is watched only once its context is asked for.
 func newHold(s *Session, key string, rev, seenRev int64) *hold {
-	// The session's cause (wrapping ErrSessionExpired) passes to the hold.
-	// An orphaned session's holds go on: their watch tells when they end.
-	ctx, cancel := context.WithCancelCause(s.life)
-	return &hold{s: s, key: key, rev: rev, seenRev: seenRev, lease: s.id, since: time.Now(), ctx: ctx, cancel: cancel}
+	return &hold{s: s, key: key, rev: rev, seenRev: seenRev, lease: s.id, since: time.Now()}
+}
+
+// context returns the hold's context, made on first use: cancelled with
+// the cause that ends the hold or, if the session's life ends first, with
+// the session's cause (wrapping ErrSessionExpired): an orphaned session's
+// holds go on, and their watch tells when they end.
+func (h *hold) context() context.Context {
+	h.ctxMu.Lock()
+	defer h.ctxMu.Unlock()
+	if h.ctx != nil {
+		return h.ctx
+	}
+	if h.cause == nil {
+		h.ctx, h.cancel = context.WithCancelCause(h.s.life)
+		return h.ctx
+	}
+	// Ended already: with the session's values, and the cause it ended
+	// with.
+	h.ctx, h.cancel = context.WithCancelCause(context.WithoutCancel(h.s.life))
+	h.cancel(h.cause)
+	return h.ctx
 }
 
 // bound limits the hold to d (see WithMaxHold): it grants a lease of its
@@ -116,7 +141,7 @@ func (h *hold) bound(ctx context.Context, d time.Duration) error {
 		s.revoke(lease) // Close has begun: nobody would wait for a goroutine
 		return context.Cause(s.life)
 	}
-	context.AfterFunc(h.ctx, func() {
+	context.AfterFunc(h.context(), func() {
 		defer s.settling.Done()
 		s.revoke(lease)
 	})
@@ -131,7 +156,7 @@ func (h *hold) bound(ctx context.Context, d time.Duration) error {
 	t := time.AfterFunc(time.Until(at), func() {
 		h.finish(fmt.Errorf("%w: %v: key %q on lease %x", ErrMaxHold, d, h.key, int64(lease)))
 	})
-	context.AfterFunc(h.ctx, func() { t.Stop() })
+	context.AfterFunc(h.context(), func() { t.Stop() })
 	return nil
 }
 
@@ -181,7 +206,7 @@ func (h *hold) ifHeld(ctx context.Context, what string, ops ...clientv3.Op) (*cl
 // start runs fn in a goroutine of the hold, on a context that ends with
 // the hold, and returns what stops it and waits for it.
 func (h *hold) start(fn func(ctx context.Context)) (stop func()) {
-	ctx, cancel := context.WithCancel(h.ctx)
+	ctx, cancel := context.WithCancel(h.context())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -277,7 +302,7 @@ func (h *hold) lost() {
 	}
 	// With metrics, the cause label says whether the lease went with the
 	// key: one bounded lookup, before the context ends.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), min(h.s.renewTimeout(), time.Second))
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.context()), min(h.s.renewTimeout(), time.Second))
 	resp, err := h.s.client.TimeToLive(ctx, h.lease)
 	cancel()
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && resp.TTL < 0 {
@@ -293,21 +318,33 @@ func (h *hold) observe(obs *holdObs) {
 		return
 	}
 	h.obs = obs
-	h.stopObs = context.AfterFunc(h.ctx, func() { obs.ended(time.Since(h.since), context.Cause(h.ctx)) })
+	ctx := h.context()
+	h.stopObs = context.AfterFunc(ctx, func() { obs.ended(time.Since(h.since), context.Cause(ctx)) })
 }
 
-// finish cancels the hold's context with cause and, with metrics, records
-// the end first, so that whoever sees the context end sees the metrics
-// too. A hold that ends with its session instead is recorded by the
-// function that stopObs stops.
+// finish cancels the hold's context with cause (or, if none is made yet,
+// keeps cause for it: see context) and, with metrics, records the end
+// first, so that whoever sees the context end sees the metrics too. A
+// hold that ends with its session instead is recorded by the function
+// that stopObs stops. The first cause is kept.
 func (h *hold) finish(cause error) {
 	if h.stopObs != nil && h.stopObs() {
-		if h.ctx.Err() != nil {
-			cause = context.Cause(h.ctx) // the session ended first
+		if ctx := h.context(); ctx.Err() != nil {
+			cause = context.Cause(ctx) // the session ended first
 		}
 		h.obs.ended(time.Since(h.since), cause)
 	}
-	h.cancel(cause)
+	h.ctxMu.Lock()
+	defer h.ctxMu.Unlock()
+	switch {
+	case h.ctx != nil:
+		h.cancel(cause)
+	case h.cause != nil:
+	case h.s.life.Err() != nil:
+		h.cause = context.Cause(h.s.life) // the session ended first, as a context made from its life says
+	default:
+		h.cause = cause
+	}
 }
 
 // release deletes the hold's key, if it is still this hold's, and ends the
@@ -322,16 +359,20 @@ func (h *hold) finish(cause error) {
 // caller serialises calls to release.
 func (h *hold) release(ctx context.Context) (ended bool, err error) {
 	if span := h.s.ins.startRelease(ctx, h.kind, h.key, h.rev); span != nil {
-		defer func() { endRelease(span, ended, err, context.Cause(h.ctx)) }()
+		defer func() { endRelease(span, ended, err, context.Cause(h.context())) }()
 	}
 	h.mu.Lock()
 	h.releasing = true
 	h.mu.Unlock()
 	h.unwatch()
 	h.unpromote()
+	d := h.del
+	if also := append(h.markReleased(), h.unasked()...); len(also) > 0 || d.ops == nil {
+		d = deletionOf(h.key, also...)
+	}
 	var deleted, unsure bool
 	err = request.Retry(ctx, func() (err error) {
-		deleted, err = h.s.deleteRev(ctx, h.key, h.rev, append(h.markReleased(), h.unasked()...)...)
+		deleted, err = h.s.deleteRev(ctx, d, h.rev)
 		unsure = unsure || err != nil
 		return err
 	})

@@ -19,7 +19,8 @@ type holder struct {
 	s   *Session
 	pfx string // the lock name followed by "/"
 
-	gate gate // entered while a goroutine holds or is acquiring
+	gate gate    // entered while a goroutine holds or is acquiring
+	ops  *keyOps // of the last acquisition's key, for the next (see acquireAttempt.ops); guarded by the gate
 
 	// relMu serialises releases; it is held for their round trips, so that
 	// mu, which the getters take, never is.
@@ -85,7 +86,10 @@ func (h *holder) lock(ctx context.Context, r rule, key, val string, wait bool, v
 		h.s.ins.missed(r.kind, lockName(r.pfx))
 		return ErrLocked
 	}
-	hd, hdr, err := acquire(ctx, &acquireAttempt{s: h.s, r: r, key: key, val: val, wait: wait, waiter: h})
+	at := &acquireAttempt{s: h.s, r: r, key: key, val: val, wait: wait, waiter: h, ops: h.ops}
+	h.ops = nil // the attempt has them (see acquireAttempt.ops)
+	hd, hdr, err := acquire(ctx, at)
+	h.ops = at.ops
 	if err != nil {
 		h.gate.leave()
 		return err

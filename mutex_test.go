@@ -7,12 +7,13 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	etcdconcurrency "go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/seed-a9d410c6/concurrency"
 )
 
 // newSession opens a session that is closed when the test ends.
-func newSession(t *testing.T, c *clientv3.Client) *concurrency.Session {
+func newSession(t testing.TB, c *clientv3.Client) *concurrency.Session {
 	t.Helper()
 	s, err := concurrency.NewSession(c, concurrency.WithTTL(10))
 	if err != nil {
@@ -103,4 +104,46 @@ func TestMutexCancelledWaitLeavesNoKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitKeys(t, c, pfx, 0)
+}
+
+// BenchmarkLockUnlock times Lock then Unlock of a lock nobody else wants,
+// the path most services take, for this package (impl=ours) and for
+// etcd's (impl=etcd) in one run. The server is the process TestMain
+// started, so B/op, allocs/op and cpu-ns/op (the CPU time of the process,
+// where it can be read) are the client's alone: what each package costs
+// per cycle (issue 52). tests/bench_test.go has the same twins on an
+// embedded cluster, whose members count in the process's allocations.
+func BenchmarkLockUnlock(b *testing.B) {
+	c := newClient(b)
+	ctx := testContext(b)
+	cycle := func(b *testing.B, m interface {
+		Lock(context.Context) error
+		Unlock(context.Context) error
+	}) {
+		b.ReportAllocs()
+		b.ResetTimer()
+		cpu := processCPU()
+		for range b.N {
+			if err := m.Lock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if cpu >= 0 {
+			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+		}
+	}
+	b.Run("impl=ours", func(b *testing.B) {
+		cycle(b, concurrency.NewMutex(newSession(b, c), "/bench/"+b.Name()+"/"))
+	})
+	b.Run("impl=etcd", func(b *testing.B) {
+		s, err := etcdconcurrency.NewSession(c, etcdconcurrency.WithTTL(10))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		cycle(b, etcdconcurrency.NewMutex(s, "/bench/"+b.Name()+"/"))
+	})
 }

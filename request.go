@@ -23,5 +23,10 @@ type backoff = request.Backoff
 // the first answer of an attempt and how many attempts were sent. d is the
 // caller's liveness wait (see liveness), c the request's class.
 func ask[T any](ctx context.Context, client *clientv3.Client, d time.Duration, c int, op func(ctx context.Context) (T, error)) (v T, sent int, err error) {
-	return request.Ask(ctx, request.Spec{Client: client, Answers: &stateOf(client).answers, Wait: d, Class: c}, op)
+	return request.Ask(ctx, spec(client, d, c), op)
+}
+
+// spec is what request.Ask takes to send a request as ask does.
+func spec(client *clientv3.Client, d time.Duration, c int) request.Spec {
+	return request.Spec{Client: client, Answers: &stateOf(client).answers, Wait: d, Class: c}
 }

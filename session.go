@@ -56,7 +56,7 @@ type Session struct {
 	cancel context.CancelCauseFunc
 
 	done     sync.WaitGroup // the keepalive goroutine, and the health checks' (WithHealthCheck)
-	settling sync.WaitGroup // enqueues awaited, and max-hold leases revoked, in the background (see settledEnqueue, hold.bound)
+	settling sync.WaitGroup // enqueues awaited, and max-hold leases revoked, in the background (see resettle, hold.bound)
 	sweeping sync.WaitGroup // the cleanup goroutine, while it runs (see kickSweeper)
 	checkc   chan struct{}  // asks the keepalive goroutine to renew (and so check) the lease now
 	sweepc   chan struct{}  // asks the cleanup goroutine to delete leftover keys
@@ -319,6 +319,15 @@ func sessionAsk[T any](ctx context.Context, s *Session, c int, op func(ctx conte
 	return ask(ctx, s.client, s.live().Wait, c, op)
 }
 
+// ownAsk is sessionAsk on a ctx of the request's own, which cancel
+// cancels and which ends with the session's life, so when the client is
+// closed (see request.Spec.Own).
+func ownAsk[T any](ctx context.Context, cancel context.CancelFunc, s *Session, c int, op func(ctx context.Context) (T, error)) (T, int, error) {
+	sp := spec(s.client, s.live().Wait, c)
+	sp.Own = cancel
+	return request.Ask(ctx, sp, op)
+}
+
 // get is a linearizable read of key, asked as ask does.
 func (s *Session) get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	resp, _, err := sessionAsk(ctx, s, request.Read, func(ctx context.Context) (*clientv3.GetResponse, error) {
@@ -337,9 +346,9 @@ func (s *Session) check() {
 	}
 }
 
-// startSettling counts an enqueue that may be awaited in the background
-// (see settledEnqueue), unless Close has begun; the enqueue's goroutine
-// calls s.settling.Done.
+// startSettling counts an enqueue that is awaited in the background
+// (see resettle), unless Close has begun; the enqueue's goroutine calls
+// s.settling.Done.
 func (s *Session) startSettling() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -57,15 +57,19 @@ type keyState struct {
 }
 
 // keySet is a session's lock keys and their state. A session mostly uses
-// one key at a time: that one is kept without a map, and a map is made
-// once a second key is used at the same time. A map of one key costs 250
-// bytes per session in use, 6 % of the heap of a queued waiter on a
-// session of its own (measured with LOCKBENCH_HEAPPROFILE: BENCHMARKS.md,
-// "Heap per waiter, by structure"). The zero value is empty. The
-// session's mu guards it.
+// one key at a time: that one is kept without a map, and its state in the
+// set itself, so that a Lock on an idle session allocates none (issue 52);
+// a map is made once a second key is used at the same time. A map of one
+// key costs 250 bytes per session in use, 6 % of the heap of a queued
+// waiter on a session of its own (measured with LOCKBENCH_HEAPPROFILE:
+// BENCHMARKS.md, "Heap per waiter, by structure"). A state is used only
+// while the session's mu is held (nobody keeps it past an unlock: each
+// looks its key up again), so the first's is reused for the next first.
+// The zero value is empty. The session's mu guards it.
 type keySet struct {
 	first  string    // a key, if firstK is not nil
-	firstK *keyState // the state of first; nil if none
+	firstK *keyState // the state of first (&own); nil if none
+	own    keyState
 	more   map[string]*keyState
 }
 
@@ -76,16 +80,19 @@ func (ks *keySet) get(key string) *keyState {
 	return ks.more[key]
 }
 
-// put adds key, which the set does not have, with state k.
-func (ks *keySet) put(key string, k *keyState) {
+// add adds key, which the set does not have, and returns its state, zero.
+func (ks *keySet) add(key string) *keyState {
 	if ks.firstK == nil {
-		ks.first, ks.firstK = key, k
-		return
+		ks.first, ks.own = key, keyState{}
+		ks.firstK = &ks.own
+		return ks.firstK
 	}
 	if ks.more == nil {
 		ks.more = make(map[string]*keyState)
 	}
+	k := &keyState{}
 	ks.more[key] = k
+	return k
 }
 
 func (ks *keySet) del(key string) {
@@ -133,8 +140,7 @@ func (s *Session) use(ctx context.Context, key string, wait bool) error {
 		s.mu.Lock()
 		k := s.keys.get(key)
 		if k == nil {
-			k = &keyState{}
-			s.keys.put(key, k)
+			k = s.keys.add(key)
 		}
 		if d := k.deleting; d != nil && wait {
 			s.mu.Unlock()
@@ -368,32 +374,43 @@ func (s *Session) deleteKey(ctx context.Context, key string, rev int64) error {
 		}
 		rev = resp.Kvs[0].CreateRevision
 	}
-	_, err := s.deleteRev(ctx, key, rev)
+	_, err := s.deleteRev(ctx, deletionOf(key), rev)
 	return err
 }
 
-// deleteRev deletes key only if its create revision is rev, so that a late
-// or retried delete never removes a newer incarnation of the same key (etcd
-// #22082). A key that is already gone or newer is not an error.
+// deleteRev deletes d's key only if its create revision is rev, so that
+// a late or retried delete never removes a newer incarnation of the same
+// key (etcd #22082). A key that is already gone or newer is not an error.
 // It reports whether it deleted the key. It is asked as ask does; a key
 // that an attempt finds gone when more than one was sent was then most
 // likely deleted by another, and counts as deleted.
-//
-// The operations also, if any, are applied in the same transaction as the
-// delete (a lock-delay's release mark, see markReleased): applied twice or
-// late, they are applied only with the delete, which finds the key gone.
-func (s *Session) deleteRev(ctx context.Context, key string, rev int64, also ...clientv3.Op) (bool, error) {
-	ops := append([]clientv3.Op{clientv3.OpDelete(key)}, also...)
+func (s *Session) deleteRev(ctx context.Context, d deletion, rev int64) (bool, error) {
 	resp, sent, err := sessionAsk(ctx, s, request.Write, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return s.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-			Then(ops...).
+			If(clientv3.Compare(d.created, "=", rev)).
+			Then(d.ops...).
 			Commit()
 	})
 	if err != nil {
 		return false, err
 	}
 	return resp.Succeeded || sent > 1, nil
+}
+
+// deletion is what deleteRev sends for a key, whatever its revision: the
+// key's create revision, to compare, and the key's delete, then also,
+// applied in the same transaction (a lock-delay's release mark, see
+// markReleased): applied twice or late, they are applied only with the
+// delete, which finds the key gone. Without also, a hold of a key that
+// held at once takes it from its key's operations, made once (see
+// keyOps).
+type deletion struct {
+	created clientv3.Cmp  // clientv3.CreateRevision(key)
+	ops     []clientv3.Op // the delete, then also
+}
+
+func deletionOf(key string, also ...clientv3.Op) deletion {
+	return deletion{clientv3.CreateRevision(key), append([]clientv3.Op{clientv3.OpDelete(key)}, also...)}
 }
 
 // setIfRev sets the value of key to val, on lease (the session's, or a

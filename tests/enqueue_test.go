@@ -23,8 +23,10 @@ import (
 
 // holdEach intercepts a client's KV transactions that match, while armed,
 // and holds each one separately: every held call is announced on calls,
-// and is sent when the channel announced with it is closed (or fails when
-// its own ctx ends).
+// and is sent when the channel announced with it is closed. A call whose
+// ctx ends first fails with ctx's error, and is sent all the same when
+// its channel is closed: a request that etcd received before its client
+// cut it short, applied late.
 type holdEach struct {
 	match func(*pb.TxnRequest) bool
 	armed atomic.Int64 // how many more matching calls to hold
@@ -56,6 +58,12 @@ func (h *holdEach) option(cfg *clientv3.Config) {
 			select {
 			case <-open:
 			case <-ctx.Done():
+				go func() {
+					<-open
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					defer cancel()
+					invoker(ctx, method, req, reply, cc, opts...)
+				}()
 				return ctx.Err()
 			}
 			return invoker(ctx, method, req, reply, cc, opts...)
@@ -183,7 +191,7 @@ func TestSemaphoreAdoptedGrantLosesWakeup(t *testing.T) {
 		}
 	}
 	m := concurrency.NewSemaphore(newSession(t, hc), pfx, 2)
-	h.armed.Store(2)
+	h.armed.Store(3)
 	ctx1, cancel1 := context.WithCancel(ctx)
 	errc := async(t, func() error { return m.Acquire(ctx1) })
 	first := h.next(t, "the first Acquire's enqueue")
@@ -191,6 +199,10 @@ func TestSemaphoreAdoptedGrantLosesWakeup(t *testing.T) {
 	if err := within(t, 3*time.Second, errc, "the cancelled Acquire"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Acquire = %v", err)
 	}
+	// The enqueue sent again to settle the cancelled Acquire's key waits
+	// until the end, so that the key is there for the second Acquire.
+	settling := h.next(t, "the enqueue that settles the cancelled Acquire's key")
+	defer close(settling)
 	merr := acquireAsync(t, ctx, m)
 	second := h.next(t, "the second Acquire's enqueue")
 	close(first) // the cancelled Acquire's key is written now, behind h1 and h2

@@ -53,6 +53,15 @@ type Spec struct {
 	Answers *Answers      // the client's: what its requests have shown lately
 	Wait    time.Duration // the caller's liveness wait: how long an answer may take on a cluster that is not slow
 	Class   int           // Read, Write or Renew
+	// Own, if not nil, cancels the ctx Ask is given, which is then the
+	// request's own (nothing else is sent on it, and its owner cancels
+	// it once Ask returns) and ends when the client is closed: the first
+	// attempt is sent on ctx as it is, with no context made for it (a
+	// context and a context.AfterFunc on the client's: 4 to 7
+	// allocations, issue 52), and the later ones on contexts made from
+	// it. Ask cancels ctx only when it returns with attempts still
+	// waiting; so a first attempt given up is cancelled only then.
+	Own context.CancelFunc
 }
 
 // Ask sends a request to etcd with op, which sends one attempt of it on
@@ -86,43 +95,146 @@ type Spec struct {
 // ErrClientClosed (see ClientClosed) if the client is closed first: a
 // closed client's requests fail with context.Canceled, which is no reason
 // to try again.
+//
+// The first attempt runs on the caller's goroutine, with a timer armed
+// for the time the second is due: a request answered in time (nearly
+// all of them) costs no goroutine and no channel (issue 52: a goroutine
+// per request cost 60 to 125 µs of client CPU per Lock and Unlock). If
+// the timer fires first, its goroutine takes over (see call.late): it
+// sends the second attempt and weighs the answers as above, and the
+// caller's attempt, once it returns, hands its answer over.
 func Ask[T any](ctx context.Context, spec Spec, op func(ctx context.Context) (T, error)) (v T, sent int, err error) {
-	k := &asker[T]{ctx: ctx, Spec: spec, op: op, replies: make(chan reply[T]), done: make(chan struct{}), giveUp: giveUpAfter * spec.Wait}
-	defer k.end()
-	hedge := k.hedge()
-	t := time.NewTimer(k.tick())
-	defer t.Stop()
-	k.send()
-	for {
-		select {
-		case r := <-k.replies:
-			if done, err := k.settle(r); done {
-				return r.v, k.sent, err
-			}
-		case <-t.C:
-			k.check(hedge)
-			t.Reset(k.tick())
-		case <-ctx.Done():
-			var zero T
-			return zero, k.sent, ctx.Err()
-		case <-spec.Client.Ctx().Done():
-			var zero T
-			return zero, k.sent, ClientClosed(spec.Client)
-		}
+	if err := ctx.Err(); err != nil {
+		return v, 0, err
 	}
+	if spec.Client.Ctx().Err() != nil {
+		return v, 0, ClientClosed(spec.Client)
+	}
+	c := calls.Get().(*call)
+	c.ctx, c.Spec, c.op, c.slowPath = ctx, spec, op, askerOf[T]{}
+	actx, cancel := ctx, spec.Own
+	if spec.Own == nil {
+		actx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		// clientv3 retries a request that a closed connection failed; a
+		// closed client's must end at once.
+		defer context.AfterFunc(spec.Client.Ctx(), cancel)()
+	}
+	c.first = attempt{sent: now(), cancel: cancel}
+	c.hedgeAt = c.hedge()
+	c.t.Reset(c.hedgeAt)
+	v, err = op(actx)
+	if err == nil {
+		spec.Answers.answered(spec.Class, c.first.sent)
+	}
+	c.mu.Lock()
+	slow, k := c.slow, c.k
+	c.answered = true
+	c.mu.Unlock()
+	if slow {
+		return k.(*asker[T]).handOver(reply[T]{&c.first, v, err})
+	}
+	c.recycle()
+	if err != nil && ctx.Err() != nil {
+		return v, 1, ctx.Err()
+	}
+	if err != nil && spec.Client.Ctx().Err() != nil {
+		return v, 1, ClientClosed(spec.Client)
+	}
+	return v, 1, err
 }
 
-// asker is one request that Ask sends, with its attempts.
-type asker[T any] struct {
+// call is a request that Ask sends, while its first attempt is alone:
+// what the hedge's timer needs to take over (see late). Calls are kept,
+// each with its timer, in calls between requests, so that a request
+// answered in time allocates nothing of Ask's own (a timer, the function
+// it runs, the request's state: 3 allocations per request, issue 52;
+// BenchmarkAskAnswered).
+type call struct {
+	t   *time.Timer // runs late when hedgeAt has passed
 	ctx context.Context
 	Spec
-	op      func(ctx context.Context) (T, error)
-	replies chan reply[T]
-	done    chan struct{} // closed when Ask returns: no reply is taken
-	wg      sync.WaitGroup
-	flight  []*attempt    // waiting, oldest first
-	sent    int           // attempts sent
-	giveUp  time.Duration // how long the older attempt waits before it is given up anyway
+	op       any           // the op Ask was given: a func(context.Context) (T, error)
+	slowPath asking        // makes the asker of the request's T (see late)
+	first    attempt       // sent by the caller's goroutine
+	hedgeAt  time.Duration // how long the first attempt waits alone (see hedge)
+
+	mu       sync.Mutex // guards slow, answered and k
+	slow     bool       // the hedge's timer fired first: its goroutine weighs the answers (see late)
+	answered bool       // the first attempt has returned: no hedge from now on
+	k        slowAsker  // the request's asker, once late took over
+}
+
+// A slowAsker weighs the attempts of a request whose first was late (see
+// asker.run).
+type slowAsker interface{ run() }
+
+var calls = sync.Pool{New: func() any {
+	c := &call{}
+	c.t = time.AfterFunc(time.Hour, c.late)
+	c.t.Stop()
+	return c
+}}
+
+// recycle ends c, whose first attempt answered before its hedge was due:
+// it is kept for another request unless its timer fired (late may still
+// be running).
+func (c *call) recycle() {
+	if !c.t.Stop() {
+		return
+	}
+	c.ctx, c.Spec, c.op, c.slowPath, c.first, c.answered = nil, Spec{}, nil, nil, attempt{}, false
+	calls.Put(c)
+}
+
+// late runs, on the goroutine of the hedge's timer, when the first
+// attempt has waited hedgeAt: unless it has just returned, it makes the
+// request's asker, which sends a second attempt beside the first and
+// weighs the answers (see weigh), then hands the request's answer to the
+// caller.
+func (c *call) late() {
+	c.mu.Lock()
+	if c.answered {
+		c.mu.Unlock()
+		return
+	}
+	c.slow = true
+	k := c.slowPath.asker(c)
+	c.k = k
+	c.mu.Unlock()
+	k.run()
+}
+
+// asker is one request that Ask sends, with its attempts, once its first
+// was late.
+type asker[T any] struct {
+	*call
+	op     func(ctx context.Context) (T, error)
+	giveUp time.Duration // how long the older attempt waits before it is given up anyway
+
+	replies chan reply[T]  // the attempts' answers, the first's from the caller's goroutine (see handOver)
+	done    chan struct{}  // closed when the answer is settled: no reply is taken
+	result  chan reply[T]  // the request's answer, to the caller
+	wg      sync.WaitGroup // the attempts running, the first's included
+	flight  []*attempt     // waiting, oldest first
+	sent    int            // attempts sent
+}
+
+// asking makes the asker of a call whose first attempt is late, for the
+// request's T: askerOf[T], a value of no size, which a call holds
+// without an allocation (a generic function's value is a closure).
+type asking interface{ asker(c *call) slowAsker }
+
+type askerOf[T any] struct{}
+
+func (askerOf[T]) asker(c *call) slowAsker {
+	k := &asker[T]{
+		call: c, op: c.op.(func(context.Context) (T, error)), giveUp: giveUpAfter * c.Wait,
+		replies: make(chan reply[T]), done: make(chan struct{}), result: make(chan reply[T], 1),
+		flight: []*attempt{&c.first}, sent: 1,
+	}
+	k.wg.Add(1) // the first attempt's: the caller's goroutine ends it (see handOver)
+	return k
 }
 
 // attempt is one attempt of a request that Ask sends.
@@ -138,7 +250,51 @@ type reply[T any] struct {
 	err error
 }
 
-// send sends one more attempt.
+// run weighs the answers (see weigh) and hands the request's to the
+// caller.
+func (k *asker[T]) run() {
+	v, err := k.weigh()
+	k.result <- reply[T]{v: v, err: err}
+}
+
+// handOver gives the answer of the first attempt, returned after the
+// hedge's timer fired, to late's goroutine, and returns the request's.
+func (k *asker[T]) handOver(r reply[T]) (T, int, error) {
+	select {
+	case k.replies <- r:
+	case <-k.done:
+	}
+	k.wg.Done()
+	res := <-k.result
+	return res.v, k.sent, res.err
+}
+
+// weigh sends the second attempt, and more as check says, and returns
+// the first answer that settles the request (see settle), ctx's error
+// or the client's closing.
+func (k *asker[T]) weigh() (v T, err error) {
+	defer k.end()
+	k.send()
+	t := time.NewTimer(k.tick())
+	defer t.Stop()
+	for {
+		select {
+		case r := <-k.replies:
+			if done, err := k.settle(r); done {
+				return r.v, err
+			}
+		case <-t.C:
+			k.check(k.hedgeAt)
+			t.Reset(k.tick())
+		case <-k.ctx.Done():
+			return v, k.ctx.Err()
+		case <-k.Client.Ctx().Done():
+			return v, ClientClosed(k.Client)
+		}
+	}
+}
+
+// send sends one more attempt, on a goroutine of its own.
 func (k *asker[T]) send() {
 	actx, cancel := context.WithCancel(k.ctx)
 	a := &attempt{sent: now(), cancel: cancel}
@@ -164,13 +320,20 @@ func (k *asker[T]) end() {
 	for _, a := range k.flight {
 		a.cancel()
 	}
+	if k.Own != nil {
+		k.Own() // the first attempt, also once given up (see drop)
+	}
 	k.wg.Wait()
 }
 
 // drop cancels a and takes it out of flight, and reports whether it was
-// there: the answer of an attempt given up is not taken.
+// there: the answer of an attempt given up is not taken. A first attempt
+// on a ctx of the request's own (Spec.Own) is left to end with the
+// request: the later attempts are made from its ctx.
 func (k *asker[T]) drop(a *attempt) bool {
-	a.cancel()
+	if a != &k.first || k.Own == nil {
+		a.cancel()
+	}
 	for i, f := range k.flight {
 		if f == a {
 			k.flight = append(k.flight[:i], k.flight[i+1:]...)
@@ -208,17 +371,17 @@ func (k *asker[T]) settle(r reply[T]) (done bool, err error) {
 // slow renewal's usual time only moves the client's renewals to a new
 // stream (see the renewer), which delays the session's next ones, while
 // it could not come back faster.
-func (k *asker[T]) hedge() time.Duration {
-	d := k.Wait
+func (c *call) hedge() time.Duration {
+	d := c.Wait
 	hedge := d/2 + rand.N(d/2+1)
-	late := min(2*k.Answers.recently(k.Class), 2*d)
-	if k.Class == Renew {
-		late = 3 * k.Answers.recently(k.Class) / 2
+	late := min(2*c.Answers.recently(c.Class), 2*d)
+	if c.Class == Renew {
+		late = 3 * c.Answers.recently(c.Class) / 2
 		// But early enough that a second attempt, on another connection,
 		// can still be answered before the renewal's deadline (its ctx's):
 		// after a spell of slow renewals, a connection that then goes
 		// silent must not hold every renewal until the session ends.
-		if dl, ok := k.ctx.Deadline(); ok {
+		if dl, ok := c.ctx.Deadline(); ok {
 			late = min(late, time.Until(dl)/2)
 		}
 	}
@@ -230,8 +393,8 @@ func (k *asker[T]) hedge() time.Duration {
 // client's periodic requests: a session's renewals, each two picks of the
 // balancer when one connection is silent, otherwise leave every attempt
 // sent in step the silent connection.
-func (k *asker[T]) tick() time.Duration {
-	d := k.Wait
+func (c *call) tick() time.Duration {
+	d := c.Wait
 	return max(d/8+rand.N(d/8+1), 20*time.Millisecond)
 }
 
