@@ -3,6 +3,7 @@ package faults_test
 import (
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	hc "github.com/seed-a9d410c6/concurrency/internal/testkit/historycheck"
@@ -20,6 +21,11 @@ const (
 	fLCount   = "lcount"
 	fLWait    = "lwait"
 )
+
+// leaseGone is the reason the worker gives for a dbarrier round whose
+// lease etcd no longer had while the session's deadline was ahead (its
+// roundLeaseGone).
+const leaseGone = "lease gone before the deadline"
 
 // barrierWorkload reports whether wl is one of the barrier workloads.
 func barrierWorkload(wl string) bool { return wl == "barrier" || wl == "dbarrier" || wl == "latch" }
@@ -44,8 +50,12 @@ func barrierWorkload(wl string) bool { return wl == "barrier" || wl == "dbarrier
 // its Ctx had ended, its deadline had passed, etcd no longer had its
 // lease though the deadline was ahead, or the lease could not be read;
 // and, under each reason with ", with a Leave before the last was
-// called", how many of those rounds the check would have failed.
-func checkBarriers(rep *hc.Report, wl string, ops []hc.Op, inWindow func(time.Time) bool, bound time.Duration) (unchecked map[string]int) {
+// called", how many of those rounds the check would have failed. A round
+// whose lease etcd no longer had is also counted under the kind of the
+// last fault injected before it ended (lastFault), which tells an etcd
+// that ended the lease early after a leader change from a deadline of
+// this package's that was not conservative.
+func checkBarriers(rep *hc.Report, wl string, ops []hc.Op, inWindow func(time.Time) bool, bound time.Duration, lastFault func(time.Time) string) (unchecked map[string]int) {
 	unchecked = map[string]int{}
 	type call struct{ invoke, done hc.Op }
 	rounds := map[string]map[string][]*call{} // round -> function -> calls
@@ -150,6 +160,9 @@ func checkBarriers(rep *hc.Report, wl string, ops []hc.Op, inWindow func(time.Ti
 			if end := r[fDBRound][0]; !ok(end) {
 				why := strings.SplitN(end.done.Err, ": ", 2)[0]
 				unchecked[why]++
+				if why == leaseGone {
+					unchecked[why+", "+lastFault(ts(end.done))]++
+				}
 				if slices.ContainsFunc(r[fDBLeave], before(lastInvoke(r[fDBLeave]))) {
 					unchecked[why+", with a Leave before the last was called"]++
 				}
@@ -172,3 +185,30 @@ const recipesBound = 15 * time.Second
 
 // barrierParties is the worker's: the parties of each round.
 const barrierParties = 3
+
+func TestLastFault(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(1000+int64(s), 0) }
+	injected := []injection{
+		{kind: "pause", start: at(10), end: at(16)},
+		{kind: "restart", start: at(20), end: at(32)},
+	}
+	last := lastFault(injected)
+	for _, c := range []struct {
+		t    time.Time
+		want string
+	}{
+		{at(5), "before any fault"},
+		{at(10), "during pause"},
+		{at(16), "during pause"},
+		{at(17), "after pause"},
+		{at(20), "during restart"},
+		{at(40), "after restart"},
+	} {
+		if got := last(c.t); got != c.want {
+			t.Errorf("lastFault at %v: %q, want %q", c.t.Sub(at(0)), got, c.want)
+		}
+	}
+	if got := lastFault(nil)(at(1)); got != "before any fault" {
+		t.Errorf("lastFault of no injections: %q", got)
+	}
+}

@@ -457,7 +457,7 @@ func (r *run) finish(nem *nemesis, start time.Time) *result {
 		}
 		if barrierWorkload(wl) {
 			_, in := halfOpenWindows(res.injected, recipesBound)
-			if n := checkBarriers(rep, wl, byWorkload[wl], in, recipesBound); wl == "dbarrier" {
+			if n := checkBarriers(rep, wl, byWorkload[wl], in, recipesBound, lastFault(res.injected)); wl == "dbarrier" {
 				res.dbUnchecked = n
 			}
 			continue

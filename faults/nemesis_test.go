@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,6 +291,22 @@ type injection struct {
 	kind, what string
 	start, end time.Time
 	err        error
+}
+
+// lastFault returns, for a time, which of the injections (in the order
+// injected) was under way then ("during" its kind) or had ended last
+// before it ("after" its kind), or "before any fault".
+func lastFault(injected []injection) func(time.Time) string {
+	return func(t time.Time) string {
+		i := sort.Search(len(injected), func(i int) bool { return injected[i].start.After(t) }) - 1
+		switch {
+		case i < 0:
+			return "before any fault"
+		case t.After(injected[i].end):
+			return "after " + injected[i].kind
+		}
+		return "during " + injected[i].kind
+	}
 }
 
 // nemesis injects faults one after the other until its end time.
