@@ -31,12 +31,17 @@ type Writes struct {
 	mu       sync.Mutex
 	delayFor func(method string, n int) time.Duration
 	counts   map[string]int
-	slowed   int // writes made while delayed
-	held     sync.WaitGroup
+	slowed   int        // writes made while delayed
+	held     int        // writes held back, not yet answered
+	idle     *sync.Cond // on mu: held fell to 0
 }
 
 // New returns a Writes that delays nothing yet.
-func New() *Writes { return &Writes{counts: make(map[string]int)} }
+func New() *Writes {
+	sw := &Writes{counts: make(map[string]int)}
+	sw.idle = sync.NewCond(&sw.mu)
+	return sw
+}
 
 // Set delays every write by d from now on (0: none).
 func (sw *Writes) Set(d time.Duration) { sw.delay.Store(int64(d)) }
@@ -75,8 +80,16 @@ func (sw *Writes) Slowed() int {
 	return sw.slowed
 }
 
-// Wait waits for every write held back to have been sent and answered.
-func (sw *Writes) Wait() { sw.held.Wait() }
+// Wait waits for every write held back to have been sent and answered,
+// those made while it waits too (a write that an answer sets off, as a
+// cleanup does): it returns once none is held back.
+func (sw *Writes) Wait() {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	for sw.held > 0 {
+		sw.idle.Wait()
+	}
+}
 
 // Option installs sw on a client's configuration.
 func (sw *Writes) Option(cfg *clientv3.Config) {
@@ -98,20 +111,27 @@ func (sw *Writes) intercept(ctx context.Context, method string, req, reply any, 
 	}
 	if d > 0 {
 		sw.slowed++
+		sw.held++
 	}
 	sw.mu.Unlock()
 	if d <= 0 {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	done := make(chan error, 1)
-	sw.held.Add(1)
 	go func() {
-		defer sw.held.Done()
 		time.Sleep(d)
 		// Sent whatever became of the caller, within a bound of its own.
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		done <- invoker(actx, method, req, reply, cc, opts...)
+		err := invoker(actx, method, req, reply, cc, opts...)
+		cancel()
+		// No longer held back before anyone learns the answer: a write
+		// the answer sets off is counted after this one is not.
+		sw.mu.Lock()
+		if sw.held--; sw.held == 0 {
+			sw.idle.Broadcast()
+		}
+		sw.mu.Unlock()
+		done <- err
 	}()
 	select {
 	case err := <-done:
