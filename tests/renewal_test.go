@@ -141,6 +141,33 @@ func TestSessionsShareRenewalStream(t *testing.T) {
 	}
 }
 
+// A client's sessions renew together, on the 500 ms grid: a hundred
+// sessions of TTL 9 s (a renewal every 2.1 s or so, on the grid) put more
+// renewals on a stream at one tick than the maxStreamDepth of 16 it takes,
+// so each tick needs more than one stream, up to four at the busiest.
+// The streams left with nothing on them are kept and used again at the
+// next tick (issue 52): once every session has renewed three times (the
+// streams the busiest tick needs are open then), three renewals more
+// each open 2 streams at most (for renewals sent again on a loaded
+// machine), where a stream closed as soon as it was drained made a new
+// one nearly every tick (15 in the same window).
+func TestSessionsReuseRenewalStreams(t *testing.T) {
+	etcdtest.Begin(t)
+	var kc keepAliveCounter
+	c := sharedClient(t, kc.option)
+
+	const n = 100
+	ss := renewingSessions(t, c, n, 9)
+	kc.renewUntil(t, 60*time.Second, ss, 3*n)
+	opened, answered := kc.streams.Load(), kc.answered.Load()
+	kc.renewUntil(t, 60*time.Second, ss, answered+3*n)
+	if more := kc.streams.Load() - opened; more > 2 {
+		t.Fatalf("%d renewals answered on %d LeaseKeepAlive streams opened meanwhile, want 2 at most (%d before)", kc.answered.Load()-answered, more, opened)
+	}
+	t.Logf("%d renewals answered on %d streams opened before, %d after", kc.answered.Load()-answered, opened, kc.streams.Load()-opened)
+	checkAlive(t, c, ss)
+}
+
 // A client's sessions whose shared renewal stream sits on a connection
 // that goes silent (clientv3's default configuration, no gRPC keepalive)
 // keep their leases: each renewal left waiting there is sent again on a

@@ -151,8 +151,9 @@ func KeepAliveOnce(ctx context.Context, r *Renewer, client *clientv3.Client, id 
 // It goes on the current stream, unless that stream has maxStreamDepth
 // renewals not yet answered (etcd answers a stream's renewals one at a
 // time, so a stream of a client with many sessions can fall behind a
-// leader that is slow to answer each: the renewal goes on a new stream,
-// which becomes the current one), or this is a second attempt (again) of
+// leader that is slow to answer each: the renewal goes on another
+// stream, which becomes the current one: one kept open with nothing on it
+// (see maxIdleStreams), or a new one), or this is a second attempt (again) of
 // a renewal of a lease that already has one waiting on the stream:
 // request.Ask has sent it again because its stream kept it waiting too
 // long, so this one goes on a new stream, which becomes the current
@@ -162,7 +163,8 @@ func KeepAliveOnce(ctx context.Context, r *Renewer, client *clientv3.Client, id 
 // openStream): renewals that all share a silent connection have no
 // answer to show that it is silent (see request.Answers), so each would wait
 // there until request.Ask gives it up. The stream left is closed once no caller
-// waits for a renewal sent on it. A renewal whose caller
+// waits for a renewal sent on it, unless it is kept for later with
+// nothing on it (see closeIfIdle). A renewal whose caller
 // stopped waiting stays on its stream until it is answered, and its
 // answer is dropped.
 func (r *Renewer) renew(ctx context.Context, id int64, again bool) (*pb.LeaseKeepAliveResponse, error) {
@@ -175,9 +177,13 @@ func (r *Renewer) renew(ctx context.Context, id int64, again bool) (*pb.LeaseKee
 		return nil, context.Canceled
 	}
 	s := r.cur
-	if s == nil || again && s.waiting[id] > 0 || len(s.unsent)+len(s.pending) >= maxStreamDepth {
+	if s == nil || again && s.waiting[id] > 0 || s.depth() >= maxStreamDepth {
 		old := r.cur
-		s = r.open(again && old != nil && old.waiting[id] > 0)
+		if second := again && old != nil && old.waiting[id] > 0; second {
+			s = r.open(true)
+		} else if s = r.idleStream(); s == nil {
+			s = r.open(false)
+		}
 		r.cur = s
 		if old != nil {
 			r.closeIfIdle(old)
@@ -207,9 +213,38 @@ func (r *Renewer) renew(ctx context.Context, id int64, again bool) (*pb.LeaseKee
 }
 
 // maxStreamDepth is how many renewals a stream may have sent and not
-// answered, or waiting to be sent, before the next goes on a new stream:
-// a renewal waits behind at most that many on its stream.
+// answered, or waiting to be sent, before the next goes on another
+// stream: a renewal waits behind at most that many on its stream.
 const maxStreamDepth = 16
+
+// maxIdleStreams is how many streams with nothing on them a Renewer keeps
+// open besides its current one, for the next renewals that the current
+// one has no room for. The sessions of a process renew together, on the
+// 500 ms grid (see In), so a client with more than maxStreamDepth
+// sessions due at one time needs more than one stream at that time; kept
+// open, they are used again at the next (a client of 625 idle sessions at
+// TTL 60 opened and closed 44 streams in 40 s when every stream left was
+// closed at once: more than one a second, each a new gRPC stream and its
+// goroutines on the client and the member, where etcd's package keeps
+// one).
+const maxIdleStreams = 16
+
+// depth is how many renewals s has sent and not had answered, or has
+// still to send; r.mu is held.
+func (s *renewStream) depth() int { return len(s.unsent) + len(s.pending) }
+
+// idleStream returns one of r's streams other than the current one that
+// is open with nothing on it, or nil; r.mu is held. A stream with a
+// renewal still on it that nobody waits for is no candidate: its caller
+// gave up waiting, which may be the first sign of a silent connection.
+func (r *Renewer) idleStream() *renewStream {
+	for s := range r.streams {
+		if s != r.cur && !s.failed && s.addr != "" && s.depth() == 0 {
+			return s
+		}
+	}
+	return nil
+}
 
 // open starts a stream for r and returns it; r.mu is held. If avoid, the
 // stream avoids the members of the streams open that keep renewals
@@ -361,9 +396,22 @@ func (r *Renewer) fail(s *renewStream, err error) {
 }
 
 // closeIfIdle ends s if it is no longer current and nobody waits for a
-// renewal sent on it; r.mu is held.
+// renewal sent on it, unless it has nothing on it and r keeps fewer than
+// maxIdleStreams such streams (see idleStream); r.mu is held.
 func (r *Renewer) closeIfIdle(s *renewStream) {
-	if s != r.cur && s.live == 0 {
-		r.fail(s, context.Canceled)
+	if s == r.cur || s.live > 0 {
+		return
 	}
+	if s.depth() == 0 && s.addr != "" {
+		idle := 0
+		for o := range r.streams {
+			if o != r.cur && o != s && !o.failed && o.depth() == 0 {
+				idle++
+			}
+		}
+		if idle < maxIdleStreams {
+			return
+		}
+	}
+	r.fail(s, context.Canceled)
 }
