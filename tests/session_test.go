@@ -665,3 +665,83 @@ func TestSessionReleasesRetryUnavailable(t *testing.T) {
 		t.Fatalf("%d keys left after the releases", n)
 	}
 }
+
+// hedgedTxns makes a client's enqueue slow in two ways at once: its first
+// transaction is applied at once but its answer never comes (it waits
+// for its attempt's ctx), and its second, once sent, is held back until
+// release is closed, then applied; later ones pass. So the first attempt
+// writes the key, request.Ask sends a second beside it, and the second
+// lands after whatever came between.
+type hedgedTxns struct {
+	n       atomic.Int32
+	release chan struct{}
+	applied chan error
+	wg      sync.WaitGroup
+}
+
+func (h *hedgedTxns) option(cfg *clientv3.Config) {
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
+		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if method != "/etcdserverpb.KV/Txn" {
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}
+			switch h.n.Add(1) {
+			case 1:
+				if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
+					return err
+				}
+				<-ctx.Done() // applied, its answer lost
+				return ctx.Err()
+			case 2:
+				h.wg.Add(1)
+				go func() {
+					defer h.wg.Done()
+					<-h.release
+					actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					defer cancel()
+					h.applied <- invoker(actx, method, req, reply, cc, opts...)
+				}()
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}))
+}
+
+// A Lock whose ctx ends while its enqueue has two attempts out, the first
+// applied (its answer lost) and the second not yet: the enqueue sent again
+// in the background finds the key, which is deleted by revision; the
+// second attempt, applied after that, writes the key anew on the live
+// session. The session must delete it while nobody uses it (the key is
+// suspect because its enqueue sent two attempts, although the resend found
+// it), or it would hold the name until the session ends (checked: it
+// stays when enqueue does not mark a key suspect after a second attempt).
+func TestSessionHedgedEnqueueLandsAfterSettle(t *testing.T) {
+	pfx := etcdtest.Begin(t)
+	h := &hedgedTxns{release: make(chan struct{}), applied: make(chan error, 1)}
+	c := sharedClient(t, h.option)
+	observer := sharedClient(t)
+	s := newSession(t, c, concurrency.WithTTL(3))
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
+	defer cancel()
+	if err := concurrency.NewMutex(s, pfx).Lock(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with its enqueue's answers lost = %v, want DeadlineExceeded", err)
+	}
+	defer h.wg.Wait()
+	if n := h.n.Load(); n < 3 {
+		t.Fatalf("%d transactions sent, want the first, a second attempt beside it and the resend", n)
+	}
+	// The resend found the first attempt's key and deleted it by revision.
+	etcdtest.WaitKeys(t, observer, pfx, 0)
+	close(h.release)
+	if err := <-h.applied; err != nil {
+		t.Fatalf("the held-back attempt failed: %v", err)
+	}
+	kvs := etcdtest.WaitKeys(t, observer, pfx, 1)
+	if clientv3.LeaseID(kvs[0].Lease) != s.Lease() {
+		t.Fatalf("the late key is on lease %x, want the session's %x", kvs[0].Lease, int64(s.Lease()))
+	}
+	appeared := time.Now()
+	etcdtest.WaitKeys(t, observer, pfx, 0)
+	t.Logf("the late key was deleted %v after it appeared", time.Since(appeared).Round(time.Millisecond))
+}

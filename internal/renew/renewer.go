@@ -239,11 +239,17 @@ func (s *renewStream) depth() int { return len(s.unsent) + len(s.pending) }
 // gave up waiting, which may be the first sign of a silent connection.
 func (r *Renewer) idleStream() *renewStream {
 	for s := range r.streams {
-		if s != r.cur && !s.failed && s.addr != "" && s.depth() == 0 {
+		if r.spare(s) {
 			return s
 		}
 	}
 	return nil
+}
+
+// spare reports whether s is open, not current and has nothing on it;
+// r.mu is held.
+func (r *Renewer) spare(s *renewStream) bool {
+	return s != r.cur && !s.failed && s.addr != "" && s.depth() == 0
 }
 
 // open starts a stream for r and returns it; r.mu is held. If avoid, the
@@ -402,10 +408,10 @@ func (r *Renewer) closeIfIdle(s *renewStream) {
 	if s == r.cur || s.live > 0 {
 		return
 	}
-	if s.depth() == 0 && s.addr != "" {
+	if r.spare(s) {
 		idle := 0
 		for o := range r.streams {
-			if o != r.cur && o != s && !o.failed && o.depth() == 0 {
+			if o != s && r.spare(o) {
 				idle++
 			}
 		}
